@@ -1,0 +1,49 @@
+"""Pure-torch loss functions: (B, B) similarity matrix -> (B,) per-sample losses.
+
+Rows of ``sims`` are images, columns captions, the diagonal holds the annotated pairs. Every
+loss returns one value per pair; the caller (a method) reduces with sum or mean, as each
+docstring says the official code does.
+"""
+
+from ncl.losses.contrastive import infonce_loss, log_matching_probabilities
+from ncl.losses.rcl import (
+    RCL_ABLATION_REDUCTION,
+    AblationVariant,
+    ComplementaryKind,
+    complementary_contrastive_loss,
+    matching_probabilities,
+    num_negatives_from_ratio,
+    rcl_ablation_loss,
+    sample_negatives,
+    single_negative_loss,
+)
+from ncl.losses.triplet import (
+    Negatives,
+    RecastKind,
+    SoftMarginMode,
+    hinge_matrices,
+    soft_margin,
+    soft_margin_triplet_loss,
+    triplet_loss,
+)
+
+__all__ = [
+    "RCL_ABLATION_REDUCTION",
+    "AblationVariant",
+    "ComplementaryKind",
+    "Negatives",
+    "RecastKind",
+    "SoftMarginMode",
+    "complementary_contrastive_loss",
+    "hinge_matrices",
+    "infonce_loss",
+    "log_matching_probabilities",
+    "matching_probabilities",
+    "num_negatives_from_ratio",
+    "rcl_ablation_loss",
+    "sample_negatives",
+    "single_negative_loss",
+    "soft_margin",
+    "soft_margin_triplet_loss",
+    "triplet_loss",
+]

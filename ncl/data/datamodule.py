@@ -1,0 +1,221 @@
+"""LightningDataModule for the official precomputed-feature layout, with noise injection."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from ncl.data.datasets import CaptionDataset, ImageDataset, PairDataset, collate
+from ncl.data.noise import Noise, NoiseType, check_ratio, make_noise
+from ncl.data.precomp import PrecompSplit, load_split
+from ncl.data.vocab import Vocabulary, load_vocabulary
+from ncl.errors import ConfigError, DataError
+from ncl.io import atomic_save_npy, atomic_write_text
+
+Protocol = Literal["1k", "5fold1k", "5k"]
+DATA_HINT = ("see the README section 'Preparing the datasets' for where to download the "
+             "precomputed features and vocabularies and how to lay them out")
+
+
+class PrecompDataModule(L.LightningDataModule):
+    """Train/dev/test loaders over ``<data_root>/<data_name>/{split}_ims.npy + _caps.txt``.
+
+    Args:
+        data_root: folder holding ``<data_name>/`` (and, by default, ``vocab/``).
+        data_name: ``f30k_precomp``, ``coco_precomp``, ``cc152k_precomp`` or your own.
+        vocab_path: the official vocabulary JSON; default
+            ``<data_root>/vocab/<data_name>_vocab.json``.
+        batch_size: training batch size (128 in every paper).
+        eval_batch_size: batch size used to encode images/captions for evaluation.
+        num_workers: DataLoader workers.
+        noise_type: synthetic noise when no ``noise_file`` is given: ``caption`` (NCR's
+            caption shuffling, format A), ``image`` (RCL's image-level permutation, format B)
+            or ``none``.
+        noise_ratio: fraction of captions (caption level) or images (image level) re-paired,
+            in [0, 1).
+        noise_file: an official noise file of either format (detected by length).
+        noise_seed: seed of the noise generator (numpy's legacy stream, as NCR's scripts).
+        dev_max_images: validation keeps the first this many dev images (1,000 officially).
+        val_split: split used for validation/model selection.
+        test_split: split used by ``ncl test`` (COCO: ``testall``).
+        test_protocols: ``1k`` (whole matrix), ``5fold1k`` (COCO 5-fold 1K), ``5k``.
+        nan_check_samples: images per feature file checked for NaN/Inf.
+    """
+
+    def __init__(self, data_root: str, data_name: str = "f30k_precomp", vocab_path: str | None = None,
+                 batch_size: int = 128, eval_batch_size: int = 128, num_workers: int = 0,
+                 noise_type: NoiseType = "none", noise_ratio: float = 0.0,
+                 noise_file: str | None = None, noise_seed: int = 0,
+                 dev_max_images: int | None = 1000, val_split: str = "dev",
+                 test_split: str = "test", test_protocols: Sequence[Protocol] = ("1k",),
+                 nan_check_samples: int = 64) -> None:
+        super().__init__()
+        self.save_hyperparameters()  # logged with the run; a subclass's own arguments included
+        check_ratio(noise_ratio)
+        self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
+        self.noise_type, self.noise_ratio, self.noise_seed = noise_type, noise_ratio, noise_seed
+        self.noise_file = noise_file
+        self.dev_max_images, self.val_split, self.test_split = dev_max_images, val_split, test_split
+        self.test_protocols = list(test_protocols)
+        self.nan_check_samples = nan_check_samples
+        if batch_size < 2:
+            raise ConfigError(f"data.batch_size must be at least 2 (BatchNorm over a batch of "
+                              f"one fails), got {batch_size}")
+        self.data_dir = Path(data_root) / data_name
+        if not self.data_dir.is_dir():
+            raise DataError(f"dataset folder not found: {self.data_dir} (data_root={data_root!r}, "
+                            f"data_name={data_name!r}); {DATA_HINT}")
+        self.vocab_path = Path(vocab_path) if vocab_path else Path(data_root) / "vocab" / f"{data_name}_vocab.json"
+        if not self.vocab_path.is_file():
+            raise DataError(f"vocabulary file not found: {self.vocab_path}; pass data.vocab_path "
+                            f"or {DATA_HINT}")
+        self.vocab: Vocabulary = load_vocabulary(self.vocab_path)
+        self.train_split: PrecompSplit | None = None
+        self.val_data: PrecompSplit | None = None
+        self.test_data: PrecompSplit | None = None
+        self.noise: Noise | None = None
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the official vocabulary (without ``<mask>``); linked to the method."""
+        return len(self.vocab)
+
+    @property
+    def clean_mask(self) -> np.ndarray:
+        """Ground-truth clean flag per training caption. Diagnostics only, never a loss."""
+        if self.noise is None:
+            raise RuntimeError("clean_mask is known after setup('fit')")
+        return self.noise.clean
+
+    def feature_shape(self) -> tuple[int, int]:
+        """``(regions, feature dim)`` read from the dev (or train) feature file."""
+        split = self.val_data or self.train_split or self.test_data
+        if split is None:
+            split = self._load(self.val_split, self.dev_max_images)
+        return split.num_regions, split.feature_dim
+
+    # ----------------------------------------------------------------- setup
+    def _load(self, split: str, max_images: int | None = None) -> PrecompSplit:
+        return load_split(self.data_dir, split, self.vocab, max_images, self.nan_check_samples)
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and self.train_split is None:
+            self.train_split = self._load("train")
+            split = self.train_split
+            self.noise = make_noise(split.n_images, split.n_captions, self.noise_type,
+                                    self.noise_ratio, self.noise_seed,
+                                    self.noise_file)
+            self.hparams["noise_sha256"] = self.noise.sha256
+            self.hparams["noise_rate"] = round(self.noise.noise_rate, 6)
+            self._save_noise()
+        if stage in ("fit", "validate") and self.val_data is None:
+            self.val_data = self._load(self.val_split, self.dev_max_images)
+        if stage in ("test", "predict") and self.test_data is None:
+            self.test_data = self._load(self.test_split)
+
+    def run_dir(self) -> Path | None:
+        """The trainer's log directory (where the config is saved), if attached."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return None
+        return Path(trainer.log_dir or trainer.default_root_dir)
+
+    def _save_noise(self) -> None:
+        """Write the noise indices and their SHA-256 into the run directory (rank 0)."""
+        out, trainer = self.run_dir(), getattr(self, "trainer", None)
+        if out is None or self.noise is None or not trainer.is_global_zero:
+            return
+        atomic_save_npy(out / "noise_index.npy", self.noise.array)
+        atomic_write_text(out / "noise.json", json.dumps(self.noise.summary(), indent=2))
+
+    # ----------------------------------------------------------------- loaders
+    def _loader(self, dataset: torch.utils.data.Dataset, batch_size: int, shuffle: bool,
+                drop_last: bool = False) -> DataLoader:
+        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
+                          num_workers=self.num_workers, collate_fn=collate,
+                          persistent_workers=self.num_workers > 0)
+
+    def train_pairs(self) -> PairDataset:
+        if self.train_split is None or self.noise is None:
+            raise RuntimeError("call setup('fit') first")
+        return PairDataset(self.train_split, self.noise.cap2img)
+
+    def train_dataloader(self) -> DataLoader:
+        pairs = self.train_pairs()
+        # A final batch of one sample would break BatchNorm in train mode (spec 7.2).
+        drop_last = len(pairs) % self.batch_size == 1
+        return self._loader(pairs, self.batch_size, shuffle=True, drop_last=drop_last)
+
+    def eval_loaders(self, split: PrecompSplit) -> list[DataLoader]:
+        """``[images, captions]`` loaders: each image and each caption encoded once."""
+        size = self.eval_batch_size
+        return [self._loader(ImageDataset(split), size, False),
+                self._loader(CaptionDataset(split), size, False)]
+
+    def train_eval_dataloader(self, batch_size: int | None = None) -> DataLoader:
+        """Unshuffled pass over the noisy training pairs (per-sample losses for division)."""
+        return self._loader(self.train_pairs(), batch_size or self.batch_size, False)
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return self.eval_loaders(self.val_data)
+
+    def test_dataloader(self) -> list[DataLoader]:
+        return self.eval_loaders(self.test_data)
+
+
+class SyntheticDataModule(PrecompDataModule):
+    """:class:`PrecompDataModule` over a generated dataset (see :mod:`ncl.data.synthetic`).
+
+    The dataset is written once, in the official layout, under
+    ``<cache_dir>/<preset>-<hash of the spec>/`` and reused by later runs.
+
+    Args:
+        preset: ``tiny`` (tests, seconds), ``quickstart`` (about two minutes of training on
+            a 2-core CPU) or ``bench`` (robustness tables).
+        cache_dir: where generated datasets are kept; default ``$XDG_CACHE_HOME/ncl`` or
+            ``~/.cache/ncl``.
+        synthetic_seed: seed of the generator.
+        n_train, n_dev, n_test, captions_per_image, num_regions, feature_dim: overrides of
+            the preset's sizes (``None`` keeps the preset's).
+        Other arguments: as :class:`PrecompDataModule`.
+    """
+
+    def __init__(self, preset: Literal["tiny", "quickstart", "bench"] = "quickstart",
+                 cache_dir: str | None = None, synthetic_seed: int = 0,
+                 n_train: int | None = None, n_dev: int | None = None, n_test: int | None = None,
+                 captions_per_image: int | None = None, num_regions: int | None = None,
+                 feature_dim: int | None = None, batch_size: int = 128, eval_batch_size: int = 128,
+                 num_workers: int = 0, noise_type: NoiseType = "none", noise_ratio: float = 0.0,
+                 noise_file: str | None = None, noise_seed: int = 0,
+                 dev_max_images: int | None = 1000, test_protocols: Sequence[Protocol] = ("1k",),
+                 nan_check_samples: int = 64) -> None:
+        import hashlib
+        import os
+        from dataclasses import asdict
+
+        from ncl.data.synthetic import generate
+        from ncl.data.synthetic import preset as make_spec
+
+        overrides = {k: v for k, v in dict(n_train=n_train, n_dev=n_dev, n_test=n_test,
+                                           captions_per_image=captions_per_image,
+                                           num_regions=num_regions, feature_dim=feature_dim,
+                                           seed=synthetic_seed).items() if v is not None}
+        spec = make_spec(preset, **overrides)
+        if cache_dir is None:
+            base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+            cache_dir = str(Path(base) / "ncl")
+        digest = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:10]
+        root = Path(cache_dir) / f"{preset}-{digest}"
+        generate(root, spec)
+        self.spec = spec
+        super().__init__(str(root), "synthetic_precomp", None, batch_size, eval_batch_size,
+                         num_workers, noise_type, noise_ratio, noise_file, noise_seed,
+                         dev_max_images, "dev", "test", test_protocols, nan_check_samples)

@@ -1,0 +1,20 @@
+"""User-facing errors.
+
+Anything a user can cause with a file, a path or an option raises :class:`NclUserError`
+(a ``ValueError``). The command line prints such an error as one clear message and exits
+with a non-zero status instead of a traceback (see :mod:`ncl.cli`).
+"""
+
+from __future__ import annotations
+
+
+class NclUserError(ValueError):
+    """An error caused by user input (a file, a path or an option), not by a bug."""
+
+
+class DataError(NclUserError):
+    """A dataset file is missing, malformed or inconsistent."""
+
+
+class ConfigError(NclUserError):
+    """An option or a combination of options is invalid."""

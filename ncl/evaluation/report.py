@@ -1,0 +1,148 @@
+"""Paper-style result tables and crash-safe JSON/CSV result files."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from ncl.evaluation.protocol import Results
+from ncl.metrics.retrieval import RETRIEVAL_KEYS
+
+_DIRECTIONS: tuple[tuple[str, str], ...] = (("i2t", "Image -> Text"), ("t2i", "Text -> Image"))
+_GAP = "  "
+
+
+def _direction_columns(show_ranks: bool) -> list[tuple[str, str]]:
+    """(metric key suffix, header) of the columns under one direction."""
+    cols = [("r1", "R@1"), ("r5", "R@5"), ("r10", "R@10")]
+    if show_ranks:
+        cols += [("medr", "medr"), ("meanr", "meanr")]
+    return cols
+
+
+def _table_rows(results: Results, show_ranks: bool) -> tuple[list[str], list[list[str]]]:
+    """Header cells and body cells (one row per system and protocol), numbers to 1 decimal."""
+    header = ["System", "Protocol"]
+    for _ in _DIRECTIONS:
+        header += [h for _, h in _direction_columns(show_ranks)]
+    header.append("rSum")
+    body = []
+    for system, by_protocol in results.items():
+        for protocol, metrics in by_protocol.items():
+            row = [system, protocol]
+            for prefix, _ in _DIRECTIONS:
+                keys = [f"{prefix}_{k}" for k, _ in _direction_columns(show_ranks)]
+                row += [f"{metrics[key]:.1f}" for key in keys]
+            row.append(f"{metrics['rsum']:.1f}")
+            body.append(row)
+    return header, body
+
+
+def format_table(results: Results, show_ranks: bool = False) -> str:
+    """Render results like the papers' Table 1: one row per (system, protocol).
+
+    Columns: System, Protocol, Image->Text R@1 R@5 R@10, Text->Image R@1 R@5 R@10, rSum, all
+    with one decimal; ``show_ranks`` adds medr and meanr to each direction.
+
+    Args:
+        results: ``results[system][protocol][metric]`` as from ``evaluate_systems``.
+        show_ranks: Also print median and mean rank.
+
+    Returns:
+        The table as text, lines joined by ``\\n``, without a trailing newline.
+
+    Raises:
+        ValueError: If ``results`` is empty or a metric the table needs is missing.
+    """
+    if not results or not any(results.values()):
+        raise ValueError("results must contain at least one system with one protocol")
+    try:
+        header, body = _table_rows(results, show_ranks)
+    except KeyError as err:
+        raise ValueError(f"results lack the metric {err.args[0]!r} needed by the table") from err
+    widths = [max(len(row[j]) for row in [header, *body]) for j in range(len(header))]
+    n_dir = len(_direction_columns(show_ranks))
+
+    def line(cells: list[str]) -> str:
+        names = [cells[j].ljust(widths[j]) for j in range(2)]
+        numbers = [cells[j].rjust(widths[j]) for j in range(2, len(cells))]
+        return _GAP.join(names + numbers).rstrip()
+
+    # Group labels centred over the columns of each direction.
+    groups = [" " * (sum(widths[:2]) + len(_GAP))]
+    for d, (_, label) in enumerate(_DIRECTIONS):
+        span = widths[2 + d * n_dir : 2 + (d + 1) * n_dir]
+        groups.append(label.center(sum(span) + len(_GAP) * (len(span) - 1)))
+    title = _GAP.join(groups).rstrip()
+    return "\n".join([title, line(header), *(line(row) for row in body)])
+
+
+def _metric_columns(results: Results) -> list[str]:
+    """Metric keys in canonical order first, then any extra keys sorted by name."""
+    seen = {k for by_protocol in results.values() for m in by_protocol.values() for k in m}
+    return [k for k in RETRIEVAL_KEYS if k in seen] + sorted(seen - set(RETRIEVAL_KEYS))
+
+
+def _csv_text(results: Results) -> str:
+    """CSV with header ``system,protocol,<metrics>``; a metric a row lacks is left empty."""
+    buffer = io.StringIO()
+    columns = _metric_columns(results)
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["system", "protocol", *columns])
+    for system, by_protocol in results.items():
+        for protocol, metrics in by_protocol.items():
+            values = [repr(float(metrics[c])) if c in metrics else "" for c in columns]
+            writer.writerow([system, protocol, *values])
+    return buffer.getvalue()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file next to ``path``, fsync it, then ``os.replace``.
+
+    A crash leaves either the previous file or a stray ``.tmp`` file, never a truncated file
+    under the final name.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_results(
+    results: Results, out_dir: str | Path, stem: str = "test_results"
+) -> tuple[Path, Path]:
+    """Write results as ``<stem>.json`` (nested, as given) and ``<stem>.csv`` (flat), atomically.
+
+    The CSV has one row per (system, protocol) and one column per metric, full precision.
+
+    Args:
+        results: ``results[system][protocol][metric]`` as from ``evaluate_systems``.
+        out_dir: Directory; created if missing.
+        stem: File name without extension.
+
+    Returns:
+        ``(json_path, csv_path)``.
+
+    Raises:
+        ValueError: If ``results`` is empty or ``stem`` is not a plain file name.
+    """
+    if not results:
+        raise ValueError("results must contain at least one system")
+    if not stem or Path(stem).name != stem or stem in (".", ".."):
+        raise ValueError(f"stem must be a plain file name without directories, got {stem!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, csv_path = out / f"{stem}.json", out / f"{stem}.csv"
+    _write_atomic(json_path, json.dumps(results, indent=2) + "\n")
+    _write_atomic(csv_path, _csv_text(results))
+    return json_path, csv_path

@@ -1,0 +1,226 @@
+"""The shared base of every retrieval method: backbone(s), optimiser and schedule, and the
+validation/test protocol (spec 4.1, 5).
+
+A method is handed a *backbone factory* (``class_path`` in YAML, called with the vocabulary
+size) so that it can build as many independent networks as it needs (one for RCL, two for
+NCR's co-teaching). Subclasses implement ``training_step``; evaluation is shared: every image
+and caption of the split is encoded once per network, similarities are computed in shards,
+the networks' matrices are averaged when there are several, and recall/rSum follow the
+official protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.cli import OptimizerCallable
+from torch import Tensor, nn
+
+from ncl.errors import ConfigError
+from ncl.evaluation.protocol import evaluate_systems
+from ncl.evaluation.report import format_table, write_results
+from ncl.evaluation.similarity import ensemble, sharded_similarity
+
+BackboneFactory = Callable[[int], nn.Module]
+
+
+def default_optimizer(params: Any) -> torch.optim.Optimizer:
+    """Adam, lr 2e-4, no weight decay (NCR/RCL/DECL, spec 4.1)."""
+    return torch.optim.Adam(params, lr=2e-4)
+
+
+class RetrievalMethod(L.LightningModule):
+    """Base LightningModule for image-text retrieval methods.
+
+    Args:
+        vocab_size: rows of the official vocabulary; linked from the DataModule by the CLI.
+        backbone: factory ``vocab_size -> nn.Module`` with the SGRAF interface
+            (``encode_images``, ``encode_captions``, ``similarity``, ``forward``).
+        optimizer: optimiser factory (default Adam, lr 2e-4).
+        lr_update: learning rate times 0.1 every ``lr_update`` epochs (step schedule).
+        grad_clip: max global gradient norm (2.0 in every official script); 0 disables.
+        eval_shard_size: images/captions per block when computing evaluation similarities.
+        n_networks: independent networks built from ``backbone`` (2 for co-teaching).
+    """
+
+    network_names: tuple[str, ...] = ("net",)
+
+    def __init__(self, vocab_size: int, backbone: BackboneFactory,
+                 optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
+                 grad_clip: float = 2.0, eval_shard_size: int = 1000, n_networks: int = 1) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["backbone", "optimizer"])
+        if n_networks < 1:
+            raise ConfigError(f"model.n_networks must be >= 1, got {n_networks}")
+        if lr_update < 1:
+            raise ConfigError(f"model.lr_update must be >= 1 epoch, got {lr_update}")
+        self.nets = nn.ModuleList([backbone(vocab_size) for _ in range(n_networks)])
+        if n_networks > 1:
+            self.network_names = tuple(chr(ord("A") + i) for i in range(n_networks))
+        self.optimizer_factory = optimizer
+        self._eval_store: dict[str, list[Tensor]] = {}
+
+    # ------------------------------------------------------------------ setup / optim
+    @property
+    def net(self) -> nn.Module:
+        """The first (or only) network."""
+        return self.nets[0]
+
+    def setup(self, stage: str) -> None:
+        """Check that the data's region count and feature size fit the backbone."""
+        dm = getattr(self.trainer, "datamodule", None)
+        if dm is None or not hasattr(dm, "feature_shape"):
+            return
+        regions, dim = dm.feature_shape()
+        for name, net in zip(self.network_names, self.nets):
+            want = (getattr(net, "num_regions", regions), getattr(net, "img_dim", dim))
+            if want != (regions, dim):
+                raise ConfigError(
+                    f"the features in {dm.data_dir} have {regions} regions x {dim} dims, but "
+                    f"the backbone ({name}) is configured for {want[0]} x {want[1]}; set "
+                    f"model.backbone.init_args.num_regions={regions} and img_dim={dim}")
+
+    def configure_optimizers(self) -> Any:
+        """One optimiser per network with the step schedule (0.1 every ``lr_update``)."""
+        configs = []
+        for net in self.nets:
+            opt = self.optimizer_factory(net.parameters())
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=self.hparams.lr_update, gamma=0.1)
+            configs.append({"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}})
+        return configs[0] if len(configs) == 1 else configs
+
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer,
+                                    gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        """Clip the global norm at ``grad_clip`` (the official scripts' ``clip_grad_norm_``)."""
+        if self.hparams.grad_clip > 0:
+            self.clip_gradients(optimizer, gradient_clip_val=self.hparams.grad_clip,
+                                gradient_clip_algorithm="norm")
+
+    # ------------------------------------------------------------------ helpers
+    def batch_similarity(self, batch: dict[str, Tensor], net: nn.Module | None = None) -> Tensor:
+        """``(B, B)`` similarities of every image/caption pair of a training batch."""
+        return (net or self.net)(batch["images"], batch["tokens"], batch["lengths"])
+
+    def log_train(self, values: dict[str, Tensor | float], batch_size: int) -> None:
+        self.log_dict({f"train/{k}": v for k, v in values.items()}, on_step=True,
+                      on_epoch=True, prog_bar=False, batch_size=batch_size, sync_dist=False)
+
+    # ------------------------------------------------------------------ evaluation
+    def _eval_step(self, batch: dict[str, Tensor], dataloader_idx: int) -> None:
+        store = self._eval_store
+        if dataloader_idx == 0:  # images
+            store.setdefault("img_index", []).append(batch["index"])
+            for k, net in enumerate(self.nets):
+                store.setdefault(f"img{k}", []).append(net.encode_images(batch["images"]).float())
+        else:  # captions
+            store.setdefault("cap_index", []).append(batch["index"])
+            store.setdefault("cap_len", []).append(batch["lengths"])
+            for k, net in enumerate(self.nets):
+                emb = net.encode_captions(batch["tokens"], batch["lengths"]).float()
+                store.setdefault(f"cap{k}", []).append(emb)
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, dataloader_idx)
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, dataloader_idx)
+
+    def on_validation_epoch_start(self) -> None:
+        self._eval_store = {}
+
+    on_test_epoch_start = on_validation_epoch_start
+
+    def _gathered(self, key: str, index_key: str) -> Tensor:
+        """Concatenate a stored embedding list over batches and ranks, ordered by index.
+
+        The distributed sampler pads with repeated samples; scattering by dataset index
+        makes the repeats harmless.
+        """
+        index = torch.cat(self._eval_store[index_key])
+        rows = self._eval_store[key]
+        width = max(r.shape[1] for r in rows) if rows[0].dim() == 3 else None
+        if width is not None:
+            rows = [nn.functional.pad(r, (0, 0, 0, width - r.shape[1])) for r in rows]
+        local = torch.cat(rows)
+        if self.trainer.world_size > 1:
+            index, local = _all_gather_rows(self, index, local)
+        out = local.new_zeros((int(index.max()) + 1, *local.shape[1:]))
+        out[index] = local
+        return out
+
+    def _im_div(self, split_name: str) -> int:
+        dm = getattr(self.trainer, "datamodule", None)
+        split = getattr(dm, split_name, None)
+        return int(split.im_div) if split is not None else 1
+
+    def compute_similarities(self, im_div: int) -> dict[str, Tensor]:
+        """Per-network similarity matrices, and their mean when there are several.
+
+        When evaluation was cut short (``limit_val_batches``), only the first images whose
+        captions were all encoded are evaluated.
+        """
+        lengths = self._gathered("cap_len", "cap_index")
+        n_img = min(int(torch.cat(self._eval_store["img_index"]).max()) + 1, lengths.shape[0] // im_div)
+        if self.trainer.world_size > 1:  # other ranks encoded other rows: keep the full split
+            n_img = min(self._gathered("img0", "img_index").shape[0], lengths.shape[0] // im_div)
+        lengths = lengths[: n_img * im_div]
+        sims: dict[str, Tensor] = {}
+        for k, (name, net) in enumerate(zip(self.network_names, self.nets)):
+            img = self._gathered(f"img{k}", "img_index")[:n_img]
+            cap = self._gathered(f"cap{k}", "cap_index")[: n_img * im_div]
+            sims[name] = sharded_similarity(net.similarity, img, cap, lengths,
+                                            self.hparams.eval_shard_size, device=self.device)
+        if len(sims) > 1:
+            sims["+".join(self.network_names)] = ensemble(list(sims.values()))
+        return sims
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking or not self._eval_store.get("cap_index"):
+            self._eval_store = {}  # the sanity check only runs the steps
+            return
+        im_div = self._im_div("val_data")
+        sims = self.compute_similarities(im_div)
+        results = evaluate_systems(sims, im_div, ["1k"])
+        selected = list(sims)[-1]  # the ensemble when there are several networks
+        for name, by_protocol in results.items():
+            prefix = "val" if name == selected else f"val_{name}"
+            for key in ("rsum", "i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10"):
+                self.log(f"{prefix}/{key}", by_protocol["1k"][key], prog_bar=key == "rsum" and prefix == "val",
+                         sync_dist=False, rank_zero_only=False)
+        self._eval_store = {}
+
+    def on_test_epoch_end(self) -> None:
+        im_div = self._im_div("test_data")
+        sims = self.compute_similarities(im_div)
+        dm = getattr(self.trainer, "datamodule", None)
+        protocols = list(getattr(dm, "test_protocols", ["1k"]))
+        results = evaluate_systems(sims, im_div, protocols)
+        for name, by_protocol in results.items():
+            for protocol, metrics in by_protocol.items():
+                for key in ("rsum", "i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10"):
+                    self.log(f"test/{name}/{protocol}/{key}", metrics[key])
+        if self.trainer.is_global_zero:
+            print("\n" + format_table(results))
+            out = Path(self.trainer.log_dir or self.trainer.default_root_dir)
+            write_results(results, out)
+        self._eval_store = {}
+
+
+def _all_gather_rows(module: L.LightningModule, index: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """All-gather ragged ``(n_rank, ...)`` rows from every rank (padded to the largest)."""
+    shape = torch.tensor(rows.shape[:2] if rows.dim() == 3 else (rows.shape[0], 0), device=rows.device)
+    sizes = module.all_gather(shape).reshape(-1, 2)  # (W, 2): rows and (3-D only) length
+    if rows.dim() == 3:  # captions: pad the token axis to the longest on any rank
+        rows = nn.functional.pad(rows, (0, 0, 0, int(sizes[:, 1].max()) - rows.shape[1]))
+    width = int(sizes[:, 0].max())
+    pad_rows = torch.zeros((width - rows.shape[0], *rows.shape[1:]), dtype=rows.dtype, device=rows.device)
+    pad_index = torch.full((width - index.shape[0],), -1, dtype=index.dtype, device=index.device)
+    all_rows = module.all_gather(torch.cat([rows, pad_rows]))  # (W, width, ...)
+    all_index = module.all_gather(torch.cat([index, pad_index]))  # (W, width)
+    keep = all_index.flatten() >= 0
+    return all_index.flatten()[keep], all_rows.flatten(0, 1)[keep]

@@ -1,0 +1,96 @@
+"""Non-robust baselines the papers compare against (spec 4.2.1, RCL/NCR tables).
+
+* :class:`Triplet` - hinge triplet loss: ``negatives="hardest"`` is VSE++ (the plain
+  "SGR"/"SAF" rows), ``"sum"`` sums over all negatives, and ``warmup_epochs > 0`` gives
+  "SGR*" (summed for the first epochs, hardest afterwards).
+* :class:`InfoNCE` - symmetric InfoNCE over the batch.
+
+Both accept ``clean_only=True``: the "-C" upper reference ("SGR-C") that trains only on the
+truly clean pairs. It reads the ground-truth mask *on purpose*; no other method may.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from lightning.pytorch.cli import OptimizerCallable
+from torch import Tensor
+
+from ncl.losses import infonce_loss, triplet_loss
+from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
+
+
+class _Baseline(RetrievalMethod):
+    """Shared ``clean_only`` handling."""
+
+    def __init__(self, vocab_size: int, backbone: BackboneFactory,
+                 optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
+                 grad_clip: float = 2.0, eval_shard_size: int = 1000, clean_only: bool = False) -> None:
+        super().__init__(vocab_size, backbone, optimizer, lr_update, grad_clip, eval_shard_size)
+        self.clean_only = clean_only
+        self._clean: Tensor | None = None
+
+    def on_fit_start(self) -> None:
+        if self.clean_only:
+            mask = self.trainer.datamodule.clean_mask
+            self._clean = torch.as_tensor(mask, dtype=torch.bool)
+
+    def select(self, batch: dict[str, Tensor]) -> dict[str, Tensor] | None:
+        """The batch, restricted to ground-truth clean pairs when ``clean_only``."""
+        if not self.clean_only:
+            return batch
+        keep = self._clean[batch["index"].cpu()].to(batch["index"].device)
+        if int(keep.sum()) < 2:  # BatchNorm and in-batch negatives need two pairs
+            return None
+        return {k: v[keep] for k, v in batch.items()}
+
+    def loss(self, sims: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor | None:
+        batch = self.select(batch)
+        if batch is None:
+            return None
+        sims = self.batch_similarity(batch)  # (B, B)
+        loss = self.loss(sims)
+        self.log_train({"loss": loss}, batch_size=sims.shape[0])
+        return loss
+
+
+class Triplet(_Baseline):
+    """Hinge triplet ranking loss; summed over the batch as the official code does.
+
+    Args:
+        margin: the hinge margin (0.2).
+        negatives: ``hardest`` (VSE++, max over in-batch negatives) or ``sum``.
+        warmup_epochs: epochs of summed negatives before switching to ``negatives``
+            ("SGR*" uses a few epochs of warm-up with hardest negatives afterwards).
+    """
+
+    def __init__(self, vocab_size: int, backbone: BackboneFactory,
+                 optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
+                 grad_clip: float = 2.0, eval_shard_size: int = 1000, clean_only: bool = False,
+                 margin: float = 0.2, negatives: Literal["hardest", "sum"] = "hardest",
+                 warmup_epochs: int = 0) -> None:
+        super().__init__(vocab_size, backbone, optimizer, lr_update, grad_clip, eval_shard_size, clean_only)
+        self.save_hyperparameters(ignore=["backbone", "optimizer"])
+
+    def loss(self, sims: Tensor) -> Tensor:
+        hp = self.hparams
+        negatives = "sum" if self.current_epoch < hp.warmup_epochs else hp.negatives
+        return triplet_loss(sims, margin=hp.margin, negatives=negatives).sum()
+
+
+class InfoNCE(_Baseline):
+    """Symmetric InfoNCE with temperature ``tau``; mean over the batch."""
+
+    def __init__(self, vocab_size: int, backbone: BackboneFactory,
+                 optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
+                 grad_clip: float = 2.0, eval_shard_size: int = 1000, clean_only: bool = False,
+                 tau: float = 0.05) -> None:
+        super().__init__(vocab_size, backbone, optimizer, lr_update, grad_clip, eval_shard_size, clean_only)
+        self.save_hyperparameters(ignore=["backbone", "optimizer"])
+
+    def loss(self, sims: Tensor) -> Tensor:
+        return infonce_loss(sims, tau=self.hparams.tau).mean()

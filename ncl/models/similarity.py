@@ -1,0 +1,221 @@
+"""The SGRAF similarity encoder (official "EncoderSimilarity"; spec 3.3, section 6 item 1).
+
+Two ways to fill the ``(B_img, B_cap)`` score matrix:
+
+* ``loop``: the reference formulation, one caption at a time against all images, exactly as
+  spec 3.3 "How a batch matrix is produced" describes it.
+* ``chunked``: captions sorted by length and processed in chunks, all images at once, with
+  masks for the variable lengths; TextSA runs once for all captions. The SGR head uses two
+  exact algebraic savings (see :func:`ncl.models.reasoning.sgr_masked`). Equal to ``loop``
+  up to float rounding in eval mode; in train mode only dropout draws differ (SAF's
+  BatchNorm statistics are kept per caption, as in the loop).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ncl.models.layers import init_similarity_weights, l2norm
+from ncl.models.reasoning import (
+    AttentionFiltration,
+    GraphReasoning,
+    saf_masked,
+    sgr_masked,
+    update_running_stats,
+)
+from ncl.models.self_attention import TextSA, VisualSA
+
+SMOOTH = 9.0  # lambda of the SCAN text-to-image attention (spec 3.3)
+LEAKY_SLOPE = 0.1
+
+Strategy = Literal["loop", "chunked"]
+
+
+def scan_attention(words: Tensor, regions: Tensor, smooth: float = SMOOTH) -> Tensor:
+    """SCAN text-to-image attention, reference form (spec 3.3; NCR supplement eqs. 3-4).
+
+    ``s_rk = LeakyReLU_0.1(v_r . t_k)``, l2-normalised over the words ``k`` of each region,
+    ``alpha_kr = softmax_r(smooth * s_rk)``, ``c_k = l2norm(sum_r alpha_kr v_r)``.
+
+    Args:
+        words: ``(B, L, E)`` word embeddings (all real tokens), one caption per image row.
+        regions: ``(B, R, E)`` region embeddings.
+        smooth: Softmax inverse temperature (9.0).
+
+    Returns:
+        ``(B, L, E)`` attended, l2-normalised region context per word.
+    """
+    scores = torch.bmm(regions, words.transpose(1, 2))  # (B, R, L)
+    scores = l2norm(F.leaky_relu(scores, LEAKY_SLOPE), dim=2)  # over words
+    attn = (scores.transpose(1, 2) * smooth).softmax(dim=2)  # (B, L, R), over regions
+    return l2norm(torch.bmm(attn, regions), dim=-1)
+
+
+class EncoderSimilarity(nn.Module):
+    """Local/global similarity vectors, SGR or SAF reasoning, and the score ``w_e`` (spec 3.3).
+
+    Attribute names follow the official state dict (spec 3.4).
+
+    Args:
+        embed_size: Joint embedding size (1024).
+        sim_dim: Similarity-vector size (256).
+        module_name: Reasoning head, ``"SGR"`` or ``"SAF"``.
+        sgr_step: Number of unshared SGR steps (3).
+        num_regions: Regions per image (36), fixed by VisualSA's BatchNorm.
+        dropout: Dropout rate inside VisualSA/TextSA (0.4).
+    """
+
+    def __init__(self, embed_size: int, sim_dim: int, module_name: Literal["SGR", "SAF"],
+                 sgr_step: int, num_regions: int, dropout: float) -> None:
+        super().__init__()
+        self.module_name = module_name
+        self.num_regions = num_regions
+        self.v_global_w = VisualSA(embed_size, dropout, num_regions)
+        self.t_global_w = TextSA(embed_size, dropout)
+        self.sim_tranloc_w = nn.Linear(embed_size, sim_dim)
+        self.sim_tranglo_w = nn.Linear(embed_size, sim_dim)
+        self.sim_eval_w = nn.Linear(sim_dim, 1)
+        if module_name == "SGR":
+            self.SGR_module = nn.ModuleList(GraphReasoning(sim_dim) for _ in range(sgr_step))
+        else:
+            self.SAF_module = AttentionFiltration(sim_dim)
+        init_similarity_weights(self)
+
+    def forward(self, img_emb: Tensor, cap_emb: Tensor, lengths: Tensor,
+                strategy: Strategy = "loop", chunk_size: int = 32) -> Tensor:
+        """Raw scores (before the sigmoid) of every image/caption pair.
+
+        Args:
+            img_emb: ``(B_img, R, E)`` region embeddings.
+            cap_emb: ``(B_cap, L, E)`` word embeddings; positions ``>= lengths`` are ignored.
+            lengths: ``(B_cap,)`` caption lengths, ``1 <= lengths <= L``.
+            strategy: ``"loop"`` (reference) or ``"chunked"``.
+            chunk_size: Captions per chunk for ``"chunked"``.
+
+        Returns:
+            ``(B_img, B_cap)`` logits; rows images, columns captions.
+        """
+        lens = _check_inputs(img_emb, cap_emb, lengths, self.num_regions)
+        if not lens:
+            return img_emb.new_zeros((img_emb.shape[0], 0))
+        if strategy == "loop":
+            return self._loop_logits(img_emb, cap_emb, lens)
+        if strategy == "chunked":
+            return self._chunked_logits(img_emb, cap_emb, lens, chunk_size)
+        raise ValueError(f"strategy must be 'loop' or 'chunked', got {strategy!r}")
+
+    def _loop_logits(self, img_emb: Tensor, cap_emb: Tensor, lens: list[int]) -> Tensor:
+        """Reference: a Python loop over captions (spec 3.3)."""
+        n_img = img_emb.shape[0]
+        img_glo = self.v_global_w(img_emb)  # (B_img, E)
+        columns = []
+        for j, n_words in enumerate(lens):
+            cap = cap_emb[j:j + 1, :n_words]  # (1, L_j, E)
+            cap_glo = self.t_global_w(cap)  # (1, E)
+            cap_rep = cap.expand(n_img, -1, -1)  # (B_img, L_j, E)
+            context = scan_attention(cap_rep, img_emb)  # (B_img, L_j, E)
+            loc = l2norm(self.sim_tranloc_w((context - cap_rep).pow(2)), dim=-1)
+            glo = l2norm(self.sim_tranglo_w((img_glo - cap_glo).pow(2)), dim=-1)
+            nodes = torch.cat([glo.unsqueeze(1), loc], dim=1)  # (B_img, L_j + 1, S)
+            if self.module_name == "SGR":
+                for step in self.SGR_module:
+                    nodes = step(nodes)
+                vec = nodes[:, 0]  # global node after the last step
+            else:
+                vec = self.SAF_module(nodes)
+            columns.append(self.sim_eval_w(vec))  # (B_img, 1)
+        return torch.cat(columns, dim=1)
+
+    def _chunked_logits(self, img_emb: Tensor, cap_emb: Tensor, lens: list[int],
+                        chunk_size: int) -> Tensor:
+        """Batched: chunks of length-sorted captions against all images at once."""
+        device = cap_emb.device
+        lengths = torch.tensor(lens, device=device)
+        max_len = max(lens)
+        word_mask = torch.arange(max_len, device=device) < lengths.unsqueeze(1)  # (B_cap, L)
+        # Zero anything beyond a caption's length: the loop never reads it, so neither may we.
+        caps = cap_emb[:, :max_len] * word_mask.unsqueeze(-1).to(cap_emb.dtype)
+        img_glo = self.v_global_w(img_emb)  # (B_img, E)
+        cap_glo = self.t_global_w(caps, word_mask)  # (B_cap, E)
+        # Sorting by length keeps padding inside a chunk small.
+        order = sorted(range(len(lens)), key=lambda j: -lens[j])
+        blocks, means, variances = [], [], []
+        for start in range(0, len(order), chunk_size):
+            idx = order[start:start + chunk_size]
+            n_words = lens[idx[0]]  # longest in the chunk
+            sel = torch.tensor(idx, device=device)
+            logits, mean, var = self._chunk_logits(
+                img_emb, img_glo, caps[sel, :n_words], cap_glo[sel], word_mask[sel, :n_words])
+            blocks.append(logits)
+            if mean is not None:
+                means.append(mean)
+                variances.append(var)
+        inverse = torch.empty(len(order), dtype=torch.long, device=device)
+        inverse[torch.tensor(order, device=device)] = torch.arange(len(order), device=device)
+        if means:  # SAF in train mode: running statistics updated in the loop's order
+            update_running_stats(self.SAF_module.bn, torch.cat(means)[inverse],
+                                 torch.cat(variances)[inverse])
+        return torch.cat(blocks, dim=1)[:, inverse]
+
+    def _chunk_logits(self, img_emb: Tensor, img_glo: Tensor, words: Tensor, cap_glo: Tensor,
+                      word_mask: Tensor) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """Scores of ``C`` captions against all images.
+
+        Args:
+            img_emb: ``(B_img, R, E)``.
+            img_glo: ``(B_img, E)``.
+            words: ``(C, L, E)``, zero beyond each caption's length.
+            cap_glo: ``(C, E)``.
+            word_mask: ``(C, L)`` bool.
+
+        Returns:
+            ``(B_img, C)`` logits, and SAF's per-caption batch statistics (or None).
+        """
+        n_img, n_reg, dim = img_emb.shape
+        n_cap, n_words, _ = words.shape
+        flat_words = words.reshape(n_cap * n_words, dim)  # (C L, E)
+        # SCAN attention for all pairs; padded words score 0 and so drop out of the l2norm.
+        scores = (img_emb.reshape(n_img * n_reg, dim) @ flat_words.t())
+        scores = scores.view(n_img, n_reg, n_cap, n_words)  # (B_img, R, C, L)
+        scores = l2norm(F.leaky_relu(scores, LEAKY_SLOPE), dim=-1)  # over words
+        attn = (scores * SMOOTH).softmax(dim=1)  # over regions
+        attn = attn.view(n_img, n_reg, n_cap * n_words).transpose(1, 2)  # (B_img, C L, R)
+        context = l2norm(torch.bmm(attn, img_emb), dim=-1)  # (B_img, C L, E)
+        loc = l2norm(self.sim_tranloc_w((context - flat_words).pow(2)), dim=-1)
+        loc = loc.view(n_img, n_cap, n_words, -1)  # (B_img, C, L, S)
+        glo = (img_glo.unsqueeze(1) - cap_glo.unsqueeze(0)).pow(2)  # (B_img, C, E)
+        glo = l2norm(self.sim_tranglo_w(glo), dim=-1)  # (B_img, C, S)
+        nodes = torch.cat([glo.unsqueeze(2), loc], dim=2)  # (B_img, C, L + 1, S)
+        node_mask = F.pad(word_mask, (1, 0), value=True)  # (C, L + 1); node 0 is global
+        mean = var = None
+        if self.module_name == "SGR":
+            flat_mask = node_mask.unsqueeze(0).expand(n_img, -1, -1).reshape(n_img * n_cap, -1)
+            vec = sgr_masked(self.SGR_module, nodes.flatten(0, 1), flat_mask)
+            vec = vec.view(n_img, n_cap, -1)
+        else:
+            vec, mean, var = saf_masked(self.SAF_module, nodes, node_mask)
+        return self.sim_eval_w(vec).squeeze(-1), mean, var
+
+
+def _check_inputs(img_emb: Tensor, cap_emb: Tensor, lengths: Tensor,
+                  num_regions: int) -> list[int]:
+    """Validate shapes and lengths; return the lengths as Python ints."""
+    if img_emb.dim() != 3 or img_emb.shape[1] != num_regions:
+        raise ValueError(f"img_emb must have shape (B_img, {num_regions}, E), "
+                         f"got {tuple(img_emb.shape)}")
+    if cap_emb.dim() != 3 or cap_emb.shape[-1] != img_emb.shape[-1]:
+        raise ValueError(f"cap_emb must have shape (B_cap, L, {img_emb.shape[-1]}), "
+                         f"got {tuple(cap_emb.shape)}")
+    lengths = torch.as_tensor(lengths)
+    if lengths.shape != (cap_emb.shape[0],):
+        raise ValueError(f"lengths must have shape ({cap_emb.shape[0]},), "
+                         f"got {tuple(lengths.shape)}")
+    lens = [int(n) for n in lengths.tolist()]
+    if lens and (min(lens) < 1 or max(lens) > cap_emb.shape[1]):
+        raise ValueError(f"lengths must lie in [1, {cap_emb.shape[1]}] (cap_emb.shape[1]), "
+                         f"got min {min(lens)} and max {max(lens)}")
+    return lens
