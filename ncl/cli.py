@@ -11,12 +11,26 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import TextIO
 
 import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from ncl.errors import NclUserError
 from ncl.methods.base import RetrievalMethod
+
+
+class NclArgumentParser(LightningArgumentParser):
+    """Argument parser whose errors are short: one usage line, the message, exit 2.
+
+    jsonargparse prints the full option list on every error (40+ lines) which hides the
+    message; ``ncl fit --help`` still shows everything.
+    """
+
+    def print_usage(self, file: TextIO | None = None) -> None:
+        prog = self.prog.replace(" [options]", "")
+        (file or sys.stderr).write(f"usage: {prog} [--config FILE ...] [--key value ...] "
+                                   "(--help for all options)\n")
 
 
 class NclCLI(LightningCLI):
@@ -41,7 +55,8 @@ def main(args: Sequence[str] | None = None) -> None:
     try:
         NclCLI(RetrievalMethod, L.LightningDataModule, subclass_mode_model=True,
                subclass_mode_data=True, args=list(args) if args is not None else None,
-               save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False)
+               save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False,
+               parser_class=NclArgumentParser)
     except Exception as err:  # noqa: BLE001 - only user errors are reported briefly
         cause = _root_cause(err)
         if isinstance(cause, NclUserError):

@@ -58,7 +58,7 @@ class PrecompDataModule(L.LightningDataModule):
                  nan_check_samples: int = 64) -> None:
         super().__init__()
         self.save_hyperparameters()  # logged with the run; a subclass's own arguments included
-        check_ratio(noise_ratio)
+        check_ratio(noise_ratio, "data.noise_ratio")
         self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
         self.noise_type, self.noise_ratio, self.noise_seed = noise_type, noise_ratio, noise_seed
         self.noise_file = noise_file

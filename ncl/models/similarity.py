@@ -141,21 +141,21 @@ class EncoderSimilarity(nn.Module):
         caps = cap_emb[:, :max_len] * word_mask.unsqueeze(-1).to(cap_emb.dtype)
         img_glo = self.v_global_w(img_emb)  # (B_img, E)
         cap_glo = self.t_global_w(caps, word_mask)  # (B_cap, E)
-        # Sorting by length keeps padding inside a chunk small.
+        # Sorting by length keeps padding inside a chunk small; the index tensors are moved
+        # to the device once, so the chunk loop issues no host-device copies.
         order = sorted(range(len(lens)), key=lambda j: -lens[j])
+        order_dev = torch.tensor(order, device=device)
         blocks, means, variances = [], [], []
         for start in range(0, len(order), chunk_size):
-            idx = order[start:start + chunk_size]
-            n_words = lens[idx[0]]  # longest in the chunk
-            sel = torch.tensor(idx, device=device)
+            sel = order_dev[start:start + chunk_size]
+            n_words = lens[order[start]]  # longest in the chunk
             logits, mean, var = self._chunk_logits(
                 img_emb, img_glo, caps[sel, :n_words], cap_glo[sel], word_mask[sel, :n_words])
             blocks.append(logits)
             if mean is not None:
                 means.append(mean)
                 variances.append(var)
-        inverse = torch.empty(len(order), dtype=torch.long, device=device)
-        inverse[torch.tensor(order, device=device)] = torch.arange(len(order), device=device)
+        inverse = torch.argsort(order_dev)  # column of each caption in the sorted blocks
         if means:  # SAF in train mode: running statistics updated in the loop's order
             update_running_stats(self.SAF_module.bn, torch.cat(means)[inverse],
                                  torch.cat(variances)[inverse])

@@ -1,0 +1,34 @@
+"""Shared fixtures: paths to ../shared/data and tiny datasets in the official layout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from helpers import write_split, write_vocab
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+os.environ.setdefault("WANDB_MODE", "disabled")  # tests never talk to W&B
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """``../shared/data`` beside the checkout; skips the test when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def tiny_root(tmp_path: Path) -> Path:
+    """``<root>/toy_precomp/{train,dev,test}`` (5 captions per image) and its vocabulary."""
+    data_dir = tmp_path / "toy_precomp"
+    write_split(data_dir, "train", 20, seed=0)
+    write_split(data_dir, "dev", 6, seed=1)
+    write_split(data_dir, "test", 6, seed=2)
+    write_vocab(tmp_path / "vocab" / "toy_precomp_vocab.json", ["a", "dog", "runs", "on", "the", "grass"])
+    return tmp_path
