@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from helpers import write_split, write_vocab
 
@@ -13,6 +14,10 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 os.environ.setdefault("WANDB_MODE", "disabled")  # tests never talk to W&B
+# Tiny models are dominated by per-op overhead; with two threads, OpenMP's spin-waiting makes
+# them 10-50x slower whenever another process shares the cores. One thread is faster here.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(1)
 
 
 @pytest.fixture
@@ -32,3 +37,9 @@ def tiny_root(tmp_path: Path) -> Path:
     write_split(data_dir, "test", 6, seed=2)
     write_vocab(tmp_path / "vocab" / "toy_precomp_vocab.json", ["a", "dog", "runs", "on", "the", "grass"])
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def synthetic_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache folder for generated synthetic datasets, shared by the session's tests."""
+    return tmp_path_factory.mktemp("synthetic_cache")

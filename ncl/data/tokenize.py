@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import NamedTuple
 
 __all__ = ["PUNKT_ABBREVIATIONS", "split_sentences", "tokenize", "treebank_words"]
@@ -203,10 +204,10 @@ def treebank_words(sentence: str) -> list[str]:
 # ---------------------------------------------------------------------------------------
 
 # The abbreviation types learned by NLTK's English Punkt model (the ``abbrev_types`` of the
-# punkt / punkt_tab "english" parameters), without their final period. They are a property of the reference tokenizer, like the official
-# vocabulary, and are spelled out here because the model file cannot be downloaded. Note
-# what is absent: "etc", "no", "e.g", "i.e" (so those do end a sentence) and what is
-# present: "ok", "cos", single letters such as "t" and "s".
+# punkt / punkt_tab "english" parameters), without their final period. They are a property
+# of the reference tokenizer, like the official vocabulary, and are spelled out here because
+# the model file cannot be downloaded. Note what is absent: "etc", "no", "e.g", "i.e" (so
+# those do end a sentence) and what is present: "ok", "cos", single letters such as "t".
 PUNKT_ABBREVIATIONS: frozenset[str] = frozenset(
     """
     a.a a.c a.d a.g a.h a.m a.m.e a.s a.t adm ala ariz aug ave b.f b.v bros c c.i.t c.o.m.b
@@ -282,7 +283,7 @@ def _context_has_break(context: str) -> bool:
     tokens = [
         token for line in context.split("\n") if line.strip() for token in _PUNKT_WORD.findall(line)
     ]
-    for token, next_token in zip(tokens, tokens[1:]):
+    for token, next_token in pairwise(tokens):
         if _first_pass_break(token) and (
             not token.endswith(".") or _keeps_break(token, next_token)
         ):

@@ -75,14 +75,21 @@ def sgr_masked(steps: nn.ModuleList, nodes: Tensor, node_mask: Tensor) -> Tensor
     Returns:
         ``(M, D)`` reasoned global node.
     """
-    key_bias = torch.zeros(node_mask.shape, dtype=nodes.dtype, device=nodes.device)
-    key_bias = key_bias.masked_fill(~node_mask, float("-inf")).unsqueeze(1)  # (M, 1, N)
+    key_mask = torch.zeros(node_mask.shape, dtype=nodes.dtype, device=nodes.device)
+    key_mask = key_mask.masked_fill(~node_mask, float("-inf")).unsqueeze(1)  # (M, 1, N)
     for index, step in enumerate(steps):
         a_mat, beta = step.fused_query()
+        # b_q . b_k is one of the terms that cancel in the softmax; adding it back costs
+        # nothing and keeps b_k in the graph (a zero gradient, as in the reference), which
+        # DistributedDataParallel needs: it fails on parameters that get no gradient.
+        offset = step.graph_query_w.bias @ step.graph_key_w.bias
         queries = nodes[:, :1] if index == len(steps) - 1 else nodes  # (M, Nq, D)
-        scores = torch.baddbmm(key_bias, queries @ a_mat + beta, nodes.transpose(1, 2))
+        fused = torch.addmm(beta, queries.reshape(-1, queries.shape[-1]), a_mat)
+        scores = torch.baddbmm(key_mask + offset, fused.view(queries.shape),
+                               nodes.transpose(1, 2))
         edges = scores.softmax(dim=-1)  # (M, Nq, N)
-        nodes = torch.relu(step.sim_graph_w(torch.bmm(edges, nodes)))
+        # In-place ReLU is safe: a Linear's backward needs its input, not its output.
+        nodes = torch.relu_(step.sim_graph_w(torch.bmm(edges, nodes)))
     return nodes[:, 0]
 
 

@@ -10,6 +10,11 @@ from torch import Tensor, nn
 from ncl.models.encoders import EncoderImage, EncoderText
 from ncl.models.similarity import EncoderSimilarity, Strategy
 
+# Captions per chunk of the automatic path on CPU: the measured optimum on a 2-core Xeon
+# (chunks of 1, 2, 4 and 32 compared; docs/benchmarks/similarity.md). Larger chunks build
+# (B_img, chunk * L, 1024) intermediates that no longer fit in cache.
+CPU_CHUNK_SIZE = 2
+
 
 class SGRAF(nn.Module):
     """SGR or SAF image-text matching network on precomputed region features.
@@ -32,9 +37,10 @@ class SGRAF(nn.Module):
         no_imgnorm: Skip the per-region l2norm of the image encoder.
         add_mask_token: Add one embedding row for ``<mask>`` (id ``vocab_size``), as RCL,
             CRCL and ReCon do.
-        similarity_strategy: ``"loop"`` (the official per-caption loop), ``"chunked"``
-            (batched over chunks of captions) or ``"auto"`` (loop on CPU, chunked otherwise;
-            measured in ``docs/benchmarks/similarity.md``).
+        similarity_strategy: ``"loop"`` (the official per-caption loop, the reference),
+            ``"chunked"`` (chunks of captions against all images at once, with exact
+            algebraic savings) or ``"auto"`` (chunked; on CPU with chunks of at most
+            ``CPU_CHUNK_SIZE`` captions). See ``docs/benchmarks/similarity.md``.
         chunk_size: Captions per chunk for the chunked path.
 
     Attributes:
@@ -106,8 +112,8 @@ class SGRAF(nn.Module):
         Returns:
             ``(B_img, B_cap)``; rows images, columns captions.
         """
-        return self.sim_enc(img_emb, cap_emb, lengths, self._strategy(img_emb.device),
-                            self.chunk_size)
+        strategy, chunk_size = self.similarity_plan(img_emb.device)
+        return self.sim_enc(img_emb, cap_emb, lengths, strategy, chunk_size)
 
     def similarity(self, img_emb: Tensor, cap_emb: Tensor, lengths: Tensor) -> Tensor:
         """``sigmoid`` of :meth:`similarity_logits`, ``(B_img, B_cap)`` in ``(0, 1)``."""
@@ -124,11 +130,19 @@ class SGRAF(nn.Module):
         return self.similarity(self.encode_images(images),
                                self.encode_captions(tokens, lengths), lengths)
 
-    def _strategy(self, device: torch.device) -> Strategy:
-        """Resolve ``"auto"``: the loop on CPU, the chunked path elsewhere (section 6.1)."""
+    def similarity_plan(self, device: torch.device) -> tuple[Strategy, int]:
+        """The strategy and chunk size used on ``device`` (resolves ``"auto"``; spec 6.1).
+
+        ``auto`` is the chunked path everywhere: on CUDA with ``chunk_size`` captions per
+        chunk (the loop is launch-bound there); on CPU with at most ``CPU_CHUNK_SIZE``,
+        because larger chunks spill out of cache. Measured in docs/benchmarks/similarity.md:
+        on CPU this is faster than the loop and no larger in memory.
+        """
         if self.similarity_strategy != "auto":
-            return self.similarity_strategy
-        return "loop" if device.type == "cpu" else "chunked"
+            return self.similarity_strategy, self.chunk_size
+        if device.type == "cpu":
+            return "chunked", min(self.chunk_size, CPU_CHUNK_SIZE)
+        return "chunked", self.chunk_size
 
 
 def _check_config(vocab_size: int, module_name: str, img_dim: int, word_dim: int,

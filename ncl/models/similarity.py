@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ncl.models.layers import init_similarity_weights, l2norm
+from ncl.models.layers import NORM_EPS, init_similarity_weights, l2norm
 from ncl.models.reasoning import (
     AttentionFiltration,
     GraphReasoning,
@@ -132,25 +132,29 @@ class EncoderSimilarity(nn.Module):
 
     def _chunked_logits(self, img_emb: Tensor, cap_emb: Tensor, lens: list[int],
                         chunk_size: int) -> Tensor:
-        """Batched: chunks of length-sorted captions against all images at once."""
+        """Batched: chunks of length-sorted captions against all images at once.
+
+        Everything caption-sized (masking, TextSA) is done per chunk, so the working set
+        is one chunk's, never the whole caption batch's.
+        """
         device = cap_emb.device
-        lengths = torch.tensor(lens, device=device)
-        max_len = max(lens)
-        word_mask = torch.arange(max_len, device=device) < lengths.unsqueeze(1)  # (B_cap, L)
-        # Zero anything beyond a caption's length: the loop never reads it, so neither may we.
-        caps = cap_emb[:, :max_len] * word_mask.unsqueeze(-1).to(cap_emb.dtype)
-        img_glo = self.v_global_w(img_emb)  # (B_img, E)
-        cap_glo = self.t_global_w(caps, word_mask)  # (B_cap, E)
         # Sorting by length keeps padding inside a chunk small; the index tensors are moved
         # to the device once, so the chunk loop issues no host-device copies.
         order = sorted(range(len(lens)), key=lambda j: -lens[j])
         order_dev = torch.tensor(order, device=device)
+        sorted_lens = torch.tensor([lens[j] for j in order], device=device)
+        img_glo = self.v_global_w(img_emb)  # (B_img, E)
         blocks, means, variances = [], [], []
         for start in range(0, len(order), chunk_size):
-            sel = order_dev[start:start + chunk_size]
             n_words = lens[order[start]]  # longest in the chunk
-            logits, mean, var = self._chunk_logits(
-                img_emb, img_glo, caps[sel, :n_words], cap_glo[sel], word_mask[sel, :n_words])
+            word_mask = (torch.arange(n_words, device=device)
+                         < sorted_lens[start:start + chunk_size, None])  # (C, L)
+            # Zero anything beyond a caption's length: the loop never reads it.
+            words = cap_emb[order_dev[start:start + chunk_size], :n_words]
+            words = words.masked_fill(~word_mask.unsqueeze(-1), 0.0)  # (C, L, E)
+            cap_glo = self.t_global_w(words, word_mask)  # (C, E)
+            logits, mean, var = self._chunk_logits(img_emb, img_glo, words, cap_glo,
+                                                   word_mask)
             blocks.append(logits)
             if mean is not None:
                 means.append(mean)
@@ -184,12 +188,11 @@ class EncoderSimilarity(nn.Module):
         scores = l2norm(F.leaky_relu(scores, LEAKY_SLOPE), dim=-1)  # over words
         attn = (scores * SMOOTH).softmax(dim=1)  # over regions
         attn = attn.view(n_img, n_reg, n_cap * n_words).transpose(1, 2)  # (B_img, C L, R)
-        context = l2norm(torch.bmm(attn, img_emb), dim=-1)  # (B_img, C L, E)
-        loc = l2norm(self.sim_tranloc_w((context - flat_words).pow(2)), dim=-1)
-        loc = loc.view(n_img, n_cap, n_words, -1)  # (B_img, C, L, S)
         glo = (img_glo.unsqueeze(1) - cap_glo.unsqueeze(0)).pow(2)  # (B_img, C, E)
         glo = l2norm(self.sim_tranglo_w(glo), dim=-1)  # (B_img, C, S)
-        nodes = torch.cat([glo.unsqueeze(2), loc], dim=2)  # (B_img, C, L + 1, S)
+        loc = self._local_nodes(attn, img_emb, flat_words)  # (B_img, C L, S)
+        nodes = torch.cat([glo.unsqueeze(2), loc.view(n_img, n_cap, n_words, -1)], dim=2)
+        del loc  # keep one copy of the nodes (B_img, C, L + 1, S) alive, not two
         node_mask = F.pad(word_mask, (1, 0), value=True)  # (C, L + 1); node 0 is global
         mean = var = None
         if self.module_name == "SGR":
@@ -199,6 +202,29 @@ class EncoderSimilarity(nn.Module):
         else:
             vec, mean, var = saf_masked(self.SAF_module, nodes, node_mask)
         return self.sim_eval_w(vec).squeeze(-1), mean, var
+
+
+    def _local_nodes(self, attn: Tensor, img_emb: Tensor, flat_words: Tensor) -> Tensor:
+        """Local similarity nodes ``u_k = l2norm(W_loc (c_k - t_k)^2 + b)`` (spec 3.3).
+
+        Args:
+            attn: ``(B_img, C L, R)`` attention of each word over the regions.
+            img_emb: ``(B_img, R, E)``.
+            flat_words: ``(C L, E)`` word embeddings.
+
+        Returns:
+            ``(B_img, C L, S)``.
+        """
+        if torch.is_grad_enabled():
+            context = l2norm(torch.bmm(attn, img_emb), dim=-1)  # c_k, (B_img, C L, E)
+            return l2norm(self.sim_tranloc_w((context - flat_words).pow(2)), dim=-1)
+        # Inference: the same arithmetic in place, so one (B_img, C L, E) buffer is alive
+        # instead of three, and it is freed before the projection is normalised.
+        context = torch.bmm(attn, img_emb)
+        context.div_(torch.linalg.vector_norm(context, dim=-1, keepdim=True).add_(NORM_EPS))
+        proj = self.sim_tranloc_w(context.sub_(flat_words).pow_(2))  # (B_img, C L, S)
+        del context
+        return proj.div_(torch.linalg.vector_norm(proj, dim=-1, keepdim=True).add_(NORM_EPS))
 
 
 def _check_inputs(img_emb: Tensor, cap_emb: Tensor, lengths: Tensor,

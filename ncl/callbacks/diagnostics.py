@@ -1,0 +1,159 @@
+"""Diagnostics of the co-divide: division sizes, noise-detection quality, loss histograms.
+
+* Sizes of each network's clean/noisy split and of the noise-abandon drop, every epoch
+  with a division.
+* When the DataModule knows the ground truth (``clean_mask``, synthetic or injected noise):
+  precision, recall and F1 of the detected *noisy* pairs and the recall of the clean pairs,
+  per network (LNC Table 7 and Fig. 6). The ground truth is read here only; it never
+  reaches a loss.
+* Optionally a figure per division: the histogram of the min-max normalised per-sample
+  losses, split by true clean/noisy when known, with the fitted two-component GMM
+  (LNC Fig. 5b). Matplotlib's object API with the Agg canvas: no global backend change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from torch import Tensor
+
+from ncl.callbacks.co_divide import CoDivide, Division
+from ncl.division import minmax_normalize
+from ncl.metrics.noise_detection import detection_metrics
+
+
+def division_stats(division: Division, names: Sequence[str],
+                   true_clean: Tensor | None = None) -> dict[str, float]:
+    """Scalar diagnostics of one division.
+
+    Args:
+        division: the division (``clean`` is ``(K, N)``).
+        names: the networks' names (``("A", "B")``), one per row of ``clean``.
+        true_clean: ``(N,)`` bool ground truth, or ``None``.
+
+    Returns:
+        ``division/<name>/{clean,noisy}`` counts, ``division/abandoned`` when the division
+        has a keep mask, and with the ground truth ``division/<name>/{precision,recall,f1,
+        clean_recall}`` (fractions; positives are the noisy pairs, LNC Table 7).
+    """
+    if len(names) != division.clean.shape[0]:
+        raise ValueError(f"names has {len(names)} entries for {division.clean.shape[0]} networks")
+    out: dict[str, float] = {}
+    for name, clean in zip(names, division.clean):
+        out[f"division/{name}/clean"] = float(clean.sum())
+        out[f"division/{name}/noisy"] = float((~clean).sum())
+        if true_clean is not None:
+            m = detection_metrics(clean, true_clean)
+            out[f"division/{name}/precision"] = m["precision"]
+            out[f"division/{name}/recall"] = m["recall"]
+            out[f"division/{name}/f1"] = m["f1"]
+            out[f"division/{name}/clean_recall"] = m["tn"] / max(m["tn"] + m["fp"], 1)
+    if division.keep is not None:
+        out["division/abandoned"] = float((~division.keep).sum())
+    return out
+
+
+def _gmm_curves(x: np.ndarray, grid: np.ndarray, seed: int | None) -> np.ndarray:
+    """``(2, G)`` weighted component densities of the official GMM fitted on ``x``."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.mixture import GaussianMixture
+
+    gmm = GaussianMixture(n_components=2, max_iter=10, tol=1e-2, reg_covar=5e-4, random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        gmm.fit(x.reshape(-1, 1))
+    order = np.argsort(gmm.means_.ravel())  # clean (low mean) first
+    means, variances = gmm.means_.ravel()[order], gmm.covariances_.ravel()[order]
+    weights = gmm.weights_[order]
+    dens = np.exp(-(grid[None] - means[:, None]) ** 2 / (2 * variances[:, None]))
+    return weights[:, None] * dens / np.sqrt(2 * np.pi * variances[:, None])
+
+
+def plot_division(division: Division, names: Sequence[str], path: Path,
+                  true_clean: Tensor | None = None, gmm_seed: int | None = 0, bins: int = 50) -> Path:
+    """Save the per-sample loss histogram with the fitted GMM, one panel per network.
+
+    Args:
+        division: the division (``losses`` is ``(K, N)``).
+        names: the networks' names.
+        path: the PNG to write (parent folders are created).
+        true_clean: ``(N,)`` ground truth to split the histogram by, or ``None``.
+        gmm_seed: seed of the GMM refit shown (same settings as the division's).
+        bins: histogram bins.
+
+    Returns:
+        ``path``.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    k = division.losses.shape[0]
+    fig = Figure(figsize=(4.5 * k, 3.4))
+    FigureCanvasAgg(fig)
+    grid = np.linspace(0.0, 1.0, 200)
+    for i, (name, losses) in enumerate(zip(names, division.losses)):
+        ax = fig.add_subplot(1, k, i + 1)
+        x = minmax_normalize(losses.float()).numpy()
+        edges = np.linspace(0.0, 1.0, bins + 1)
+        if true_clean is None:
+            ax.hist(x, bins=edges, density=True, color="tab:gray", alpha=0.6, label="all pairs")
+        else:
+            t = true_clean.numpy().astype(bool)
+            ax.hist([x[t], x[~t]], bins=edges, density=True, stacked=True,
+                    color=["tab:blue", "tab:red"], alpha=0.6, label=["clean", "noisy"])
+        curves = _gmm_curves(x, grid, gmm_seed)
+        ax.plot(grid, curves[0], color="tab:green", label="GMM clean")
+        ax.plot(grid, curves[1], color="tab:orange", label="GMM noisy")
+        ax.plot(grid, curves.sum(0), color="black", lw=0.8, label="mixture")
+        ax.set_title(f"network {name}, epoch {division.epoch}")
+        ax.set_xlabel("normalised per-sample loss")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    return path
+
+
+class DivisionDiagnostics(L.Callback):
+    """Logs :func:`division_stats` and (optionally) saves :func:`plot_division` figures.
+
+    Runs at the start of every epoch whose batches came from a fresh division, after the
+    method built them. Figures go to ``<run dir>/figures/division_epoch<e>.png`` (rank 0).
+
+    Args:
+        co_divide: the callback that holds the division.
+        figure: save the histogram figure (about a second per epoch on large sets).
+    """
+
+    def __init__(self, co_divide: CoDivide, figure: bool = False) -> None:
+        self.co_divide, self.figure = co_divide, figure
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        division = self.co_divide.division
+        if division is None or division.epoch != trainer.current_epoch:
+            return
+        true_clean = _ground_truth(trainer, division.clean.shape[1])
+        names = list(getattr(pl_module, "network_names", ()))[: division.clean.shape[0]]
+        stats = division_stats(division, names, true_clean)
+        # Identical on every rank; sync_dist only keeps Lightning from warning about it.
+        pl_module.log_dict(stats, on_step=False, on_epoch=True, sync_dist=True)
+        if self.figure and trainer.is_global_zero:
+            out = Path(trainer.log_dir or trainer.default_root_dir) / "figures"
+            plot_division(division, names, out / f"division_epoch{division.epoch:03d}.png",
+                          true_clean, self.co_divide.gmm_seed)
+
+
+def _ground_truth(trainer: L.Trainer, num_samples: int) -> Tensor | None:
+    """The DataModule's clean mask as a bool tensor, if it has one of the right length."""
+    try:
+        mask = trainer.datamodule.clean_mask
+    except (AttributeError, RuntimeError):
+        return None
+    mask = torch.as_tensor(np.asarray(mask), dtype=torch.bool)
+    return mask if mask.shape == (num_samples,) else None

@@ -1,0 +1,137 @@
+"""Collectives for per-sample state under DDP (plain ``torch.distributed``, no Lightning).
+
+Every helper is a no-op (or a local computation) when no process group is initialised or
+the world has one process, so the same code path serves single-process runs and tests.
+
+Per-sample results are always exchanged together with their **dataset index** and
+scattered by it (design notes: "gather per-sample results across ranks by sample index,
+never by arrival order"); ranks may contribute different numbers of rows.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+
+def world_size() -> int:
+    """Number of processes of the default group (1 without an initialised group)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return 1
+
+
+def _comm_device(device: torch.device) -> torch.device:
+    """NCCL only moves CUDA tensors; gloo moves CPU tensors."""
+    if dist.get_backend() == "nccl":
+        return device if device.type == "cuda" else torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_gather_rows(index: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+    """Concatenate ``(index, values)`` rows from every rank, in rank order.
+
+    Args:
+        index: ``(n,)`` int64 dataset indices of this rank's rows.
+        values: ``(n, ...)`` rows (any float/bool dtype), ``n`` may differ between ranks.
+
+    Returns:
+        ``(index, values)`` of all ranks (on this rank's device of ``values``), rank 0's
+        rows first. Without a process group, the inputs unchanged.
+    """
+    if index.dim() != 1 or values.shape[0] != index.shape[0]:
+        raise ValueError(f"index must be (n,) and values (n, ...); got {tuple(index.shape)} "
+                         f"and {tuple(values.shape)}")
+    if world_size() == 1:
+        return index, values
+    out_device = values.device
+    comm = _comm_device(values.device)
+    count = torch.tensor([index.shape[0]], device=comm)
+    counts = [torch.zeros_like(count) for _ in range(world_size())]
+    dist.all_gather(counts, count)
+    sizes = [int(c.item()) for c in counts]
+    width = max(sizes)
+    pad_index = torch.full((width,), -1, dtype=torch.long, device=comm)
+    pad_index[: index.shape[0]] = index.to(comm)
+    pad_values = torch.zeros((width, *values.shape[1:]), dtype=values.dtype, device=comm)
+    pad_values[: values.shape[0]] = values.to(comm)
+    all_index = [torch.empty_like(pad_index) for _ in sizes]
+    all_values = [torch.empty_like(pad_values) for _ in sizes]
+    dist.all_gather(all_index, pad_index)
+    dist.all_gather(all_values, pad_values)
+    index_out = torch.cat([t[:n] for t, n in zip(all_index, sizes)])
+    values_out = torch.cat([t[:n] for t, n in zip(all_values, sizes)])
+    return index_out.to(out_device), values_out.to(out_device)
+
+
+def gather_by_index(index: Tensor, values: Tensor, num_samples: int) -> Tensor:
+    """Scatter every rank's per-sample values into one full ``(N, ...)`` tensor.
+
+    A sample computed on several ranks (or twice on one) keeps the value of the last
+    contribution in rank order, which is the same on every rank. Every sample must be
+    covered at least once.
+
+    Args:
+        index: ``(n,)`` dataset indices in ``[0, num_samples)``.
+        values: ``(n, ...)`` the per-sample values.
+        num_samples: N, the dataset size.
+
+    Returns:
+        ``(N, ...)`` on the device of ``values``, identical on every rank.
+
+    Raises:
+        ValueError: if some index lies outside ``[0, N)`` or some sample is missing.
+    """
+    index, values = all_gather_rows(index.long(), values)
+    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= num_samples):
+        raise ValueError(f"index must lie in [0, {num_samples}), got [{int(index.min())}, "
+                         f"{int(index.max())}]")
+    out = torch.zeros((num_samples, *values.shape[1:]), dtype=values.dtype, device=values.device)
+    seen = torch.zeros(num_samples, dtype=torch.bool, device=values.device)
+    out[index.to(values.device)] = values
+    seen[index.to(values.device)] = True
+    if not bool(seen.all()):
+        raise ValueError(f"{int((~seen).sum())} of {num_samples} samples received no value")
+    return out
+
+
+def broadcast_(tensor: Tensor, src: int = 0) -> Tensor:
+    """Overwrite ``tensor`` on every rank with rank ``src``'s copy (in place; returned)."""
+    if world_size() == 1:
+        return tensor
+    comm = _comm_device(tensor.device)
+    buf = tensor.detach().to(comm).contiguous()
+    dist.broadcast(buf, src=src)
+    tensor.copy_(buf.to(tensor.device))
+    return tensor
+
+
+def average_gradients(module: nn.Module) -> None:
+    """Average the gradients of ``module``'s parameters over all ranks, like DDP does.
+
+    Used instead of DDP's reducer when only one of several networks is stepped (see
+    ``docs/methods/ncr_lnc.md``, "DDP"). A parameter that has a gradient on some rank but
+    not on another is treated as zero there; parameters without a gradient anywhere keep
+    ``grad = None`` (so the optimiser skips them, as it would in one process).
+    """
+    if world_size() == 1:
+        return
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        return
+    comm = _comm_device(params[0].device)
+    has_grad = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=comm)
+    dist.all_reduce(has_grad, op=dist.ReduceOp.MAX)
+    used = [p for p, flag in zip(params, has_grad.tolist()) if flag > 0]
+    if not used:
+        return
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(comm)
+                      for p in used])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= world_size()
+    offset = 0
+    for p in used:
+        n = p.numel()
+        p.grad = flat[offset: offset + n].view_as(p).to(p.device, p.dtype).clone()
+        offset += n

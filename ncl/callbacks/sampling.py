@@ -1,0 +1,225 @@
+"""Per-epoch batch plans for co-teaching (NCR/LNC; spec 4.2.3, 4.2.5-4.2.6).
+
+The official NCR code trains network A for one pass over its own shuffled loader, then B
+(warm-up), and in co-training iterates a shuffled *labelled* loader over the peer's clean
+set with a shuffled *unlabelled* loader over the peer's noisy set that is re-created
+(re-shuffled) whenever it runs out. Here one epoch is a flat list of :class:`Step`\\ s that
+reproduces exactly that sampling: first all of A's steps, then all of B's, each step
+holding the dataset indices of one labelled batch (and one unlabelled batch when the step
+needs it). The plan is a pure function of ``(seed, epoch, division, rank, world)``, so it
+is the same after a resume and consistent across DDP ranks.
+
+DDP: each rank gets the :class:`~torch.utils.data.DistributedSampler` share of every
+shuffled index list (padded with repeats to a multiple of the world size, then
+``rank::world``), cut into per-process batches. All ranks therefore get the same number of
+steps, the same batch sizes and the same network per step, which keeps the manual
+gradient all-reduce in lock step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from torch.utils.data import DataLoader, Dataset
+
+from ncl.data.datasets import Batch, collate
+
+# Stream identifiers mixed into the seed so that every shuffle is an independent stream.
+WARMUP_STREAM, LABELLED_STREAM, UNLABELLED_STREAM, DIVISION_STREAM = 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class Step:
+    """One training step: which network is trained and on which dataset indices.
+
+    Attributes:
+        net: index of the network trained in this step (0 = A, 1 = B).
+        labelled: ``(B_l,)`` indices of the labelled (or warm-up) batch.
+        unlabelled: ``(B_u,)`` indices of the unlabelled batch, or ``None``.
+    """
+
+    net: int
+    labelled: np.ndarray
+    unlabelled: np.ndarray | None = None
+
+
+def rng_for(seed: int, epoch: int, stream: int, net: int, cycle: int = 0) -> np.random.Generator:
+    """An independent numpy generator for one shuffle, identical on every rank."""
+    return np.random.default_rng([seed, epoch, stream, net, cycle])
+
+
+def shard(indices: np.ndarray, rank: int, world: int) -> np.ndarray:
+    """This rank's share of ``indices`` exactly as ``DistributedSampler(shuffle=False)``.
+
+    The list is padded by cycling from its start to a multiple of ``world``; rank ``r``
+    takes positions ``r, r + world, ...``.
+    """
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"rank must lie in [0, world) with world >= 1, got rank={rank}, world={world}")
+    if world == 1 or len(indices) == 0:
+        return indices
+    total = math.ceil(len(indices) / world) * world
+    return np.resize(indices, total)[rank::world]
+
+
+def chunk(indices: np.ndarray, batch_size: int, min_size: int = 2) -> list[np.ndarray]:
+    """Consecutive batches of ``batch_size``; a last batch smaller than ``min_size`` is dropped.
+
+    The official loops ``break`` on a batch of one (BatchNorm in train mode and in-batch
+    negatives need two pairs, spec 4.1); dropping it is the same for the last batch.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    batches = [indices[i: i + batch_size] for i in range(0, len(indices), batch_size)]
+    return [b for b in batches if len(b) >= min_size]
+
+
+def warmup_plan(pools: Sequence[np.ndarray], batch_size: int, seed: int, epoch: int,
+                rank: int = 0, world: int = 1) -> list[Step]:
+    """Warm-up epoch: one pass of each network over its own shuffle of its pool.
+
+    Args:
+        pools: per network, the indices it warms up on (all pairs, or the pairs kept by
+            Randomly Noise Abandon).
+        batch_size: per-process batch size.
+        seed, epoch: seed of the shuffles.
+        rank, world: DDP position.
+
+    Returns:
+        Network 0's steps, then network 1's (spec 4.2.3 step 2).
+    """
+    steps: list[Step] = []
+    for net, pool in enumerate(pools):
+        order = rng_for(seed, epoch, WARMUP_STREAM, net).permutation(pool)
+        steps += [Step(net, b) for b in chunk(shard(order, rank, world), batch_size)]
+    return steps
+
+
+def cycled_batches(pool: np.ndarray, count: int, batch_size: int, seed: int, epoch: int,
+                   net: int, rank: int = 0, world: int = 1) -> list[np.ndarray | None]:
+    """``count`` batches from ``pool``, re-shuffled whenever a pass is exhausted.
+
+    This is the official unlabelled loader, which is re-created when it runs out (spec
+    4.2.5). When this rank's share holds fewer than two samples, every entry is ``None``
+    (no unlabelled batch; shares have equal sizes on all ranks, so all ranks agree).
+    """
+    if count == 0 or len(shard(pool, rank, world)) < 2:
+        return [None] * count
+    out: list[np.ndarray | None] = []
+    cycle = 0
+    while len(out) < count:
+        order = rng_for(seed, epoch, UNLABELLED_STREAM, net, cycle).permutation(pool)
+        out += chunk(shard(order, rank, world), batch_size)
+        cycle += 1
+    return out[:count]
+
+
+def cotrain_plan(clean: Sequence[np.ndarray], batch_size: int, seed: int, epoch: int,
+                 rank: int = 0, world: int = 1, with_unlabelled: bool = True) -> list[Step]:
+    """Co-training epoch: network ``k`` trains on its **peer's** division (co-divide).
+
+    Args:
+        clean: two ``(N,)`` bool masks; ``clean[j]`` is the division made from network
+            ``j``'s losses. Network A (0) uses ``clean[1]``, B (1) uses ``clean[0]``.
+        batch_size: per-process batch size of both the labelled and unlabelled batches.
+        seed, epoch: seed of the shuffles.
+        rank, world: DDP position.
+        with_unlabelled: attach an unlabelled batch to every step (the official code
+            always draws one; skip it when the unlabelled loss is off and no target needs it).
+
+    Returns:
+        A's steps (one pass over ``clean[1]``'s labelled set), then B's.
+    """
+    if len(clean) != 2:
+        raise ValueError(f"co-teaching needs two division masks, got {len(clean)}")
+    steps: list[Step] = []
+    for net in (0, 1):
+        peer = clean[1 - net]
+        labelled, unlabelled = np.flatnonzero(peer), np.flatnonzero(~peer)
+        order = rng_for(seed, epoch, LABELLED_STREAM, net).permutation(labelled)
+        batches = chunk(shard(order, rank, world), batch_size)
+        extra = (cycled_batches(unlabelled, len(batches), batch_size, seed, epoch, net, rank, world)
+                 if with_unlabelled else [None] * len(batches))
+        steps += [Step(net, b, u) for b, u in zip(batches, extra)]
+    return steps
+
+
+def division_batches(num_samples: int, batch_size: int, seed: int, epoch: int, net: int,
+                     shuffle: bool, rank: int = 0, world: int = 1) -> list[np.ndarray]:
+    """Batches of the per-sample-loss pass of one network (spec 4.2.4).
+
+    The batches are formed over the **whole** (optionally shuffled) training set first and
+    then dealt to ranks whole (batch ``b`` goes to rank ``b % world``), so every sample's
+    in-batch negatives, and therefore its loss, do not depend on the number of processes.
+    A last batch of one is kept (its loss is 0, as in the official code).
+    """
+    order = np.arange(num_samples)
+    if shuffle:
+        order = rng_for(seed, epoch, DIVISION_STREAM, net).permutation(num_samples)
+    return chunk(order, batch_size, min_size=1)[rank::world]
+
+
+class IndexBatches(Dataset):
+    """Dataset whose item ``k`` is the collated batch of ``pairs`` at ``batches[k]``."""
+
+    def __init__(self, pairs: Dataset, batches: Sequence[np.ndarray]) -> None:
+        self.pairs, self.batches = pairs, list(batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, k: int) -> Batch:
+        return collate([self.pairs[int(i)] for i in self.batches[k]])
+
+
+class StepDataset(Dataset):
+    """Dataset whose item ``k`` is step ``k`` of a plan, collated.
+
+    Item: ``{"net": int, "labelled": Batch, "unlabelled": Batch}`` (``unlabelled`` only
+    when the step has one); batches as :func:`ncl.data.datasets.collate` builds them.
+    """
+
+    def __init__(self, pairs: Dataset, steps: Sequence[Step]) -> None:
+        self.pairs, self.steps = pairs, list(steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, k: int) -> dict[str, object]:
+        step = self.steps[k]
+        item: dict[str, object] = {"net": step.net,
+                                   "labelled": collate([self.pairs[int(i)] for i in step.labelled])}
+        if step.unlabelled is not None:
+            item["unlabelled"] = collate([self.pairs[int(i)] for i in step.unlabelled])
+        return item
+
+
+def _identity(item: object) -> object:
+    return item
+
+
+def iterate(dataset: Dataset, num_workers: int = 0) -> DataLoader:
+    """A loader that yields ``dataset``'s items in order (each item is already a batch)."""
+    return DataLoader(dataset, batch_size=None, shuffle=False, num_workers=num_workers,
+                      collate_fn=_identity)
+
+
+class PlanLoader:
+    """The training "dataloader" of one co-teaching epoch: sized, iterable, lazy.
+
+    It is deliberately not a :class:`~torch.utils.data.DataLoader`: Lightning would inject
+    a ``DistributedSampler`` into one, but the plan is already sharded per rank. Iteration
+    starts worker processes only when the first batch is requested.
+    """
+
+    def __init__(self, dataset: StepDataset, num_workers: int = 0) -> None:
+        self.dataset, self.num_workers = dataset, num_workers
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __iter__(self) -> Iterator[dict[str, object]]:
+        yield from iterate(self.dataset, self.num_workers)

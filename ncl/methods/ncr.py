@@ -1,0 +1,372 @@
+"""NCR (NeurIPS 2021) and LNC (IJCV 2024): co-teaching with co-divide, co-rectify and the
+soft-margin triplet loss (spec 4.2; LNC Sect. 3, Alg. 1).
+
+One class, :class:`NCR`; LNC is the same class with ``momentum_regularization`` and
+``noise_abandon`` switched on (and its own schedules, see ``configs/lnc_sgr_*.yaml``).
+
+Epochs ``0 .. warmup_epochs - 1`` are warm-up: each network makes one pass over its own
+shuffle of the (noise-abandoned) training set with the summed mean-hinge triplet loss
+(+ lambda * momentum regulariser). Every later epoch starts with co-divide (per-sample
+losses, GMM, split; :class:`~ncl.callbacks.co_divide.CoDivide`), then network A trains on
+B's division, then B on A's: labelled batches from the peer's clean set with rectified
+labels ``w*1 + (1-w)*P`` (Eq. 8), unlabelled batches from the peer's noisy set with
+``(P^A + P^B)/2``, each recast into soft margins (Eq. 11) of the hardest-negative triplet
+(Eq. 10). Test/validation average the two networks' similarity matrices (spec 4.2.9).
+
+The epoch's batches come from a plan built by this module (it installs its own
+``train_dataloader`` on the DataModule for the duration of ``fit``); see
+``docs/methods/ncr_lnc.md`` for how it matches the official labelled/unlabelled loaders and
+for the DDP design.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Literal
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.cli import OptimizerCallable
+from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
+
+from ncl.callbacks.co_divide import CoDivide, eval_mode
+from ncl.callbacks.diagnostics import DivisionDiagnostics
+from ncl.callbacks.distributed import average_gradients
+from ncl.callbacks.momentum import MomentumTargets
+from ncl.callbacks.sampling import PlanLoader, Step, StepDataset, cotrain_plan, warmup_plan
+from ncl.data.datasets import Batch
+from ncl.division import (
+    CleanRule,
+    PredictionForm,
+    memorization_prediction,
+    momentum_regularizer,
+    rectify_labels,
+    rectify_labels_official_2023,
+    rectify_noisy_labels,
+)
+from ncl.errors import ConfigError
+from ncl.losses import RecastKind, SoftMarginMode, soft_margin, soft_margin_triplet_loss, triplet_loss
+from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
+
+UnlabelledUpdate = Literal["separate_step", "summed"]
+MrReduction = Literal["sum", "mean"]
+
+
+def lr_factor(epoch: int, warmup_epochs: int, lr_update: int) -> float:
+    """Learning-rate multiplier of ``epoch`` (spec 4.1): warm-up epochs run at ``lr0`` and
+    are not counted; co-training epoch ``c`` runs at ``lr0 * 0.1 ** (c // lr_update)``."""
+    return 0.1 ** (max(epoch - warmup_epochs, 0) // lr_update)
+
+
+def psi4_boundary(target_clean: Tensor, target_noisy: Tensor | None) -> float:
+    """``div`` of Psi4 (LNC Eq. 11): midpoint of the mean rectified label of the clean batch
+    and that of the noisy batch ("adaptively determined by average values of noisy and clean
+    subsets obtained by co-divide", LNC Sect. 3.4); the clean mean alone without a noisy batch.
+    """
+    clean = float(target_clean.mean())
+    div = clean if target_noisy is None else (clean + float(target_noisy.mean())) / 2
+    return min(max(div, 0.0), 1.0)
+
+
+class NCR(RetrievalMethod):
+    """NCR / LNC LightningModule (two SGRAF networks A and B, manual optimisation).
+
+    Args:
+        vocab_size, backbone, optimizer, lr_update, grad_clip, eval_shard_size: as
+            :class:`~ncl.methods.base.RetrievalMethod` (Adam 2e-4, clip 2.0; spec 4.2.2).
+            The step schedule counts co-training epochs only (spec 4.1).
+        warmup_epochs: warm-up epochs before co-divide starts (NCR F30K 5, COCO/CC152K 10;
+            LNC 3 / 10 / 5). ``trainer.max_epochs`` = warm-up + co-training epochs.
+        margin: alpha, the triplet margin and largest soft margin (0.2).
+        soft_margin: recasting function Psi: ``linear`` (Psi1), ``exponential`` (Psi2, the
+            official default), ``sin`` (Psi3), ``sigmoid`` (Psi4, boundary from
+            :func:`psi4_boundary`).
+        soft_margin_base: ``m`` of Psi2 (10).
+        ncr_margin_mode: ``per_sample`` (paper: ``y_i = w_i + (1-w_i) P_i``, each anchor its
+            own margin) or ``official_2023`` (released code: ``T_ij = w_i + (1-w_i) P_j``
+            broadcast B x B, and the unlabelled column indexed by image; spec 4.2.7).
+        prediction_form: P from the mean hinge (``hinge``, code) or LNC Eq. 9 (``linear``).
+        p_threshold, clean_rule: co-divide threshold 0.5, ``greater`` (code) or
+            ``greater_equal`` (LNC Alg. 1); the official 1 % fallback always applies.
+        gmm_seed: ``random_state`` of the GMM; ``None`` = numpy's global RNG (official).
+        division_shuffle: per-sample losses over shuffled batches (official) or index order.
+        unlabelled_start: co-training epoch from which the noisy-subset loss is used;
+            ``None`` = ``num_epochs // 2`` (official code), ``0`` = from the start (LNC Alg. 1).
+        unlabelled_update: ``separate_step`` (official: a second backward and optimiser step
+            per iteration) or ``summed`` (one step on labelled + unlabelled loss).
+        momentum_regularization: LNC's warm-up regulariser (Eq. 4-6).
+        mr_momentum: beta of Eq. 5 (paper: no value given).
+        mr_weight: lambda of Eq. 6 (paper: no value given).
+        mr_reduction: reduce ``(P_i - gamma_i)^2`` over the batch by ``sum`` (like the
+            summed triplet, so lambda weighs the two terms per pair) or ``mean`` (Eq. 4's 1/N).
+        noise_abandon: LNC's Randomly Noise Abandon in warm-up epochs >= 1 (Eq. 7).
+        abandon_fraction: fraction of the doubly-noisy pairs dropped (0.5).
+        seed: seed of every shuffle of the batch plans and of the abandon draw.
+        diagnostics: log division sizes and (with ground truth) noise-detection P/R/F1.
+        loss_figure: also save a per-sample loss histogram + GMM figure per division.
+    """
+
+    def __init__(self, vocab_size: int, backbone: BackboneFactory,
+                 optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
+                 grad_clip: float = 2.0, eval_shard_size: int = 1000, warmup_epochs: int = 5,
+                 margin: float = 0.2, soft_margin: RecastKind = "exponential",
+                 soft_margin_base: float = 10.0, ncr_margin_mode: SoftMarginMode = "per_sample",
+                 prediction_form: PredictionForm = "hinge", p_threshold: float = 0.5,
+                 clean_rule: CleanRule = "greater", gmm_seed: int | None = 0,
+                 division_shuffle: bool = True, unlabelled_start: int | None = None,
+                 unlabelled_update: UnlabelledUpdate = "separate_step",
+                 momentum_regularization: bool = False, mr_momentum: float = 0.5,
+                 mr_weight: float = 1.0, mr_reduction: MrReduction = "sum",
+                 noise_abandon: bool = False, abandon_fraction: float = 0.5, seed: int = 0,
+                 diagnostics: bool = True, loss_figure: bool = False) -> None:
+        super().__init__(vocab_size, backbone, optimizer, lr_update, grad_clip, eval_shard_size,
+                         n_networks=2)
+        self.save_hyperparameters(ignore=["backbone", "optimizer"])
+        _check_args(warmup_epochs, margin, soft_margin, soft_margin_base, ncr_margin_mode,
+                    prediction_form, unlabelled_start, unlabelled_update, mr_momentum, mr_weight,
+                    mr_reduction, abandon_fraction)
+        self.automatic_optimization = False
+        self.co_divide = CoDivide(margin=margin, p_threshold=p_threshold, clean_rule=clean_rule,
+                                  gmm_seed=gmm_seed, shuffle=division_shuffle, seed=seed,
+                                  noise_abandon=noise_abandon, abandon_fraction=abandon_fraction)
+        self.momentum = MomentumTargets(mr_momentum, 2) if momentum_regularization else None
+        self.diagnostics = DivisionDiagnostics(self.co_divide, loss_figure) if diagnostics else None
+
+    # ------------------------------------------------------------------ Lightning wiring
+    def configure_callbacks(self) -> list[L.Callback]:
+        """The division, momentum and diagnostics callbacks this method depends on."""
+        return [cb for cb in (self.co_divide, self.momentum, self.diagnostics) if cb is not None]
+
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        """One optimiser per network; the learning rate is set each epoch (:func:`lr_factor`)."""
+        optimizers = [self.optimizer_factory(net.parameters()) for net in self.nets]
+        for opt in optimizers:
+            for group in opt.param_groups:
+                group.setdefault("initial_lr", group["lr"])
+        return optimizers
+
+    def setup(self, stage: str) -> None:
+        """For ``fit``: take over the DataModule's training loader (see module docstring)."""
+        super().setup(stage)
+        if stage != "fit":
+            return
+        dm = getattr(self.trainer, "datamodule", None)
+        if dm is None or not hasattr(dm, "train_pairs"):
+            raise ConfigError("NCR/LNC needs an ncl DataModule (with train_pairs()); pass "
+                              "data: class_path: ncl.data.datamodule.PrecompDataModule")
+        # A new plan (and division) every epoch: the loader must be rebuilt every epoch.
+        self.trainer.reload_dataloaders_every_n_epochs = 1
+        dm.train_dataloader = self.co_teaching_dataloader  # instance attribute, undone in teardown
+
+    def teardown(self, stage: str) -> None:
+        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        if dm is not None and "train_dataloader" in vars(dm):
+            del dm.train_dataloader
+
+    # ------------------------------------------------------------------ schedule
+    @property
+    def in_warmup(self) -> bool:
+        return self.current_epoch < self.hparams.warmup_epochs
+
+    def unlabelled_loss_on(self) -> bool:
+        """Whether the noisy-subset loss is used in the current co-training epoch."""
+        start = self.hparams.unlabelled_start
+        if start is None:
+            max_epochs = self.trainer.max_epochs
+            if max_epochs is None or max_epochs < 0:
+                raise ConfigError("model.unlabelled_start=null needs trainer.max_epochs "
+                                  "(the official start is num_epochs // 2)")
+            start = (max_epochs - self.hparams.warmup_epochs) // 2
+        return self.current_epoch - self.hparams.warmup_epochs >= start
+
+    def on_train_epoch_start(self) -> None:
+        hp = self.hparams
+        factor = lr_factor(self.current_epoch, hp.warmup_epochs, hp.lr_update)
+        for opt in self.optimizers():
+            for group in opt.optimizer.param_groups:
+                group["lr"] = group["initial_lr"] * factor
+        self.log("train/lr_factor", factor, on_step=False, on_epoch=True, sync_dist=True)
+
+    # ------------------------------------------------------------------ batch plan
+    def co_teaching_dataloader(self) -> PlanLoader:
+        """This epoch's loader: warm-up passes or the co-divided labelled/unlabelled plan."""
+        hp, trainer = self.hparams, self.trainer
+        dm = trainer.datamodule
+        pairs, epoch = dm.train_pairs(), self.current_epoch
+        where = dict(rank=trainer.global_rank, world=trainer.world_size)
+        if self.in_warmup:
+            pool = np.arange(len(pairs))
+            if hp.noise_abandon and epoch >= 1:  # LNC Alg. 1 l. 6-9: from the 2nd warm-up epoch
+                keep = self.co_divide.division_for(self, epoch, abandon=True).keep
+                pool = np.flatnonzero(keep.numpy())
+            steps = warmup_plan([pool, pool], dm.batch_size, hp.seed, epoch, **where)
+        else:
+            division = self.co_divide.division_for(self, epoch)
+            needs_unlabelled = self.unlabelled_loss_on() or hp.soft_margin == "sigmoid"
+            steps = cotrain_plan([c.numpy() for c in division.clean], dm.batch_size, hp.seed,
+                                 epoch, with_unlabelled=needs_unlabelled, **where)
+        return PlanLoader(StepDataset(pairs, self._limit(steps)), getattr(dm, "num_workers", 0))
+
+    def _limit(self, steps: list[Step]) -> list[Step]:
+        """Share an integer ``trainer.limit_train_batches`` evenly between A and B.
+
+        The plan runs all of A's steps before B's, so Lightning's own cut would otherwise
+        leave B untrained. A fractional limit is left to Lightning (it truncates B first).
+        """
+        limit = self.trainer.limit_train_batches
+        if not isinstance(limit, int) or limit >= len(steps):
+            return steps
+        per_net, taken, kept = math.ceil(limit / 2), [0, 0], []
+        for step in steps:
+            if taken[step.net] < per_net:
+                kept.append(step)
+                taken[step.net] += 1
+        return kept
+
+    # ------------------------------------------------------------------ training
+    def training_step(self, batch: dict, batch_idx: int) -> None:
+        k = int(batch["net"])
+        if self.in_warmup:
+            self.warmup_step(k, batch["labelled"])
+        else:
+            self.cotrain_step(k, batch["labelled"], batch.get("unlabelled"))
+
+    def warmup_step(self, k: int, batch: Batch) -> None:
+        """Summed mean-hinge triplet (spec 4.2.1 "warmup") + lambda * MR (LNC Eq. 4-6)."""
+        hp = self.hparams
+        sims = self.batch_similarity(batch, self.nets[k])  # (B, B)
+        loss = triplet_loss(sims, hp.margin, negatives="mean").sum()
+        logs = {"warmup_triplet": loss.detach()}
+        if self.momentum is not None:
+            pred = memorization_prediction(sims, hp.margin, hp.prediction_form)  # (B,), with grad
+            mr = momentum_regularizer(pred, self.momentum.targets(k, batch["index"]))
+            mr = mr.sum() if hp.mr_reduction == "sum" else mr.mean()
+            loss = loss + hp.mr_weight * mr
+            self.momentum.update(k, batch["index"], pred)
+            logs["warmup_mr"] = mr.detach()
+        self.optimize(k, loss)
+        self.log_net(k, logs, sims.shape[0])
+
+    def rectified_targets(self, k: int, labelled: Batch, unlabelled: Batch | None
+                          ) -> tuple[Tensor, Tensor | None]:
+        """Co-rectify (LNC Eq. 8-9; spec 4.2.6 step 1), both networks in eval mode, no grad.
+
+        Returns:
+            The labelled targets, ``(B_l,)`` (``per_sample``) or ``(B_l, B_l)``
+            (``official_2023``), and the unlabelled targets ``(B_u,)`` or ``None``.
+        """
+        hp = self.hparams
+        net, peer = self.nets[k], self.nets[1 - k]
+        w = self.co_divide.division.prob[1 - k][labelled["index"].cpu()].to(self.device)  # peer's
+        with torch.no_grad(), eval_mode(net, peer):
+            p_l = memorization_prediction(self.batch_similarity(labelled, net), hp.margin,
+                                          hp.prediction_form)
+            rectify = rectify_labels if hp.ncr_margin_mode == "per_sample" else rectify_labels_official_2023
+            target_l = rectify(w.to(p_l.dtype), p_l)
+            target_u = None
+            if unlabelled is not None:
+                p_uk = memorization_prediction(self.batch_similarity(unlabelled, net), hp.margin,
+                                               hp.prediction_form)
+                p_uj = memorization_prediction(self.batch_similarity(unlabelled, peer), hp.margin,
+                                               hp.prediction_form)
+                target_u = rectify_noisy_labels(p_uk, p_uj)
+        return target_l.clamp(0, 1), None if target_u is None else target_u.clamp(0, 1)
+
+    def margins(self, target: Tensor, div: float | None) -> Tensor:
+        """Soft margins ``Psi(target)`` (LNC Eq. 11), shaped for ``ncr_margin_mode``.
+
+        A ``(B,)`` target stays ``(B,)`` in ``per_sample`` mode and becomes the official
+        ``(B, 1)`` column (indexed by the image row) in ``official_2023`` mode.
+        """
+        hp = self.hparams
+        m = soft_margin(target, alpha=hp.margin, kind=hp.soft_margin, base=hp.soft_margin_base, div=div)
+        if hp.ncr_margin_mode == "official_2023" and m.dim() == 1:
+            m = m.unsqueeze(1)  # (B, 1)
+        return m
+
+    def soft_loss(self, k: int, batch: Batch, margins: Tensor) -> Tensor:
+        """Summed hardest-negative soft-margin triplet (LNC Eq. 10; spec 4.2.1 "train")."""
+        sims = self.batch_similarity(batch, self.nets[k])  # (B, B), train mode
+        return soft_margin_triplet_loss(sims, margins, self.hparams.ncr_margin_mode, "hardest").sum()
+
+    def cotrain_step(self, k: int, labelled: Batch, unlabelled: Batch | None) -> None:
+        """One iteration of network ``k`` on its peer's division (spec 4.2.6)."""
+        hp = self.hparams
+        use_unlabelled = unlabelled is not None and self.unlabelled_loss_on()
+        target_l, target_u = self.rectified_targets(k, labelled, unlabelled)
+        div = psi4_boundary(target_l, target_u) if hp.soft_margin == "sigmoid" else None
+        loss_l = self.soft_loss(k, labelled, self.margins(target_l, div))
+        logs = {"loss_labelled": loss_l.detach(), "target_labelled": target_l.mean()}
+        if not use_unlabelled:
+            self.optimize(k, loss_l)
+        elif hp.unlabelled_update == "separate_step":
+            self.optimize(k, loss_l)  # the official code steps twice; the 2nd forward sees new weights
+            loss_u = self.soft_loss(k, unlabelled, self.margins(target_u, div))
+            self.optimize(k, loss_u)
+            logs["loss_unlabelled"] = loss_u.detach()
+        else:
+            loss_u = self.soft_loss(k, unlabelled, self.margins(target_u, div))
+            self.optimize(k, loss_l + loss_u)
+            logs["loss_unlabelled"] = loss_u.detach()
+        if target_u is not None:
+            logs["target_unlabelled"] = target_u.mean()
+        self.log_net(k, logs, labelled["index"].shape[0])
+
+    def optimize(self, k: int, loss: Tensor) -> None:
+        """Backward, DDP gradient average of network ``k`` only, clip, step."""
+        opt = self.optimizers()[k]
+        opt.zero_grad()
+        with self._no_ddp_sync():
+            self.manual_backward(loss)
+        average_gradients(self.nets[k])
+        if self.hparams.grad_clip > 0:
+            self.clip_gradients(opt, gradient_clip_val=self.hparams.grad_clip,
+                                gradient_clip_algorithm="norm")
+        opt.step()
+
+    @contextmanager
+    def _no_ddp_sync(self) -> Iterator[None]:
+        """Keep DDP's reducer out of the backward: only one network gets gradients per step,
+        so its gradients are averaged by :func:`average_gradients` instead."""
+        model = self.trainer.strategy.model
+        with model.no_sync() if isinstance(model, DistributedDataParallel) else nullcontext():
+            yield
+
+    def log_net(self, k: int, values: dict[str, Tensor], batch_size: int) -> None:
+        name = self.network_names[k]
+        # sync_dist: the epoch means average over ranks (one all-reduce per key per epoch).
+        self.log_dict({f"train/{name}/{key}": v for key, v in values.items()}, on_step=True,
+                      on_epoch=True, batch_size=batch_size, sync_dist=True)
+
+
+def _check_args(warmup_epochs: int, margin: float, soft_margin: str, soft_margin_base: float,
+                ncr_margin_mode: str, prediction_form: str, unlabelled_start: int | None,
+                unlabelled_update: str, mr_momentum: float, mr_weight: float, mr_reduction: str,
+                abandon_fraction: float) -> None:
+    """Raise ConfigError (a ValueError) naming the offending ``model.*`` option."""
+    choices = {"soft_margin": (soft_margin, ("linear", "exponential", "sin", "sigmoid")),
+               "ncr_margin_mode": (ncr_margin_mode, ("per_sample", "official_2023")),
+               "prediction_form": (prediction_form, ("hinge", "linear")),
+               "unlabelled_update": (unlabelled_update, ("separate_step", "summed")),
+               "mr_reduction": (mr_reduction, ("sum", "mean"))}
+    for name, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise ConfigError(f"model.{name} must be one of {allowed}, got {value!r}")
+    if warmup_epochs < 0:
+        raise ConfigError(f"model.warmup_epochs must be >= 0, got {warmup_epochs}")
+    if not margin > 0:
+        raise ConfigError(f"model.margin must be > 0, got {margin}")
+    if not soft_margin_base > 1:
+        raise ConfigError(f"model.soft_margin_base (m of Psi2) must be > 1, got {soft_margin_base}")
+    if unlabelled_start is not None and unlabelled_start < 0:
+        raise ConfigError(f"model.unlabelled_start must be >= 0 or null, got {unlabelled_start}")
+    if not 0.0 <= mr_momentum <= 1.0:
+        raise ConfigError(f"model.mr_momentum must lie in [0, 1], got {mr_momentum}")
+    if mr_weight < 0:
+        raise ConfigError(f"model.mr_weight must be >= 0, got {mr_weight}")
+    if not 0.0 <= abandon_fraction <= 1.0:
+        raise ConfigError(f"model.abandon_fraction must lie in [0, 1], got {abandon_fraction}")

@@ -1,0 +1,138 @@
+"""Tiny fakes shared by the NCR/LNC callback and method tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+
+class FakePairs(torch.utils.data.Dataset):
+    """``n`` pairs with a 1-region 4-d image and a 3-token caption; item like PairDataset's."""
+
+    def __init__(self, n: int, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.images = torch.randn(n, 1, 4, generator=g)
+        self.tokens = torch.randint(1, 9, (n, 3), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int) -> dict[str, object]:
+        return {"image": self.images[i], "tokens": self.tokens[i], "index": i}
+
+
+class BilinearNet(nn.Module):
+    """Deterministic stand-in backbone: ``S = sigmoid(img W cap^T)`` over mean embeddings."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.emb = nn.Parameter(torch.randn(10, 4, generator=g))
+        self.w = nn.Parameter(torch.randn(4, 4, generator=g))
+
+    def forward(self, images: Tensor, tokens: Tensor, lengths: Tensor) -> Tensor:
+        img = images.mean(1)  # (B, 4)
+        cap = self.emb[tokens].mean(1)  # (B, 4)
+        return torch.sigmoid(img @ self.w @ cap.T)  # (B, B)
+
+
+def naive_mean_hinge(sims: Tensor, margin: float = 0.2) -> Tensor:
+    """Loop reference of spec 4.2.1 "eval_loss": mean over all B entries of both hinges."""
+    b = sims.shape[0]
+    out = torch.zeros(b)
+    for i in range(b):
+        row = sum(max(0.0, margin + float(sims[i, j]) - float(sims[i, i])) for j in range(b) if j != i)
+        col = sum(max(0.0, margin + float(sims[r, i]) - float(sims[i, i])) for r in range(b) if r != i)
+        out[i] = (row + col) / b
+    return out
+
+
+def bimodal_losses(n: int = 400, noisy_frac: float = 0.25, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """Per-sample losses with a low clean mode and a high noisy mode, and the truth."""
+    rng = np.random.default_rng(seed)
+    truth = rng.random(n) >= noisy_frac
+    losses = np.where(truth, rng.normal(0.2, 0.05, n), rng.normal(0.8, 0.05, n))
+    return torch.tensor(losses, dtype=torch.float32), torch.tensor(truth)
+
+
+class SgrafPairs(torch.utils.data.Dataset):
+    """``n`` random pairs shaped for a tiny SGRAF (6 regions x 16 dims, captions of 3-7 ids)."""
+
+    def __init__(self, n: int, seed: int = 0, vocab: int = 30) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.images = torch.randn(n, 6, 16, generator=g)
+        lengths = torch.randint(3, 8, (n,), generator=g)
+        self.tokens = [torch.randint(1, vocab, (int(k),), generator=g) for k in lengths]
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int) -> dict[str, object]:
+        return {"image": self.images[i], "tokens": self.tokens[i], "index": i}
+
+
+def tiny_sgraf(seed: int) -> nn.Module:
+    """A tiny SGR network with deterministic initial weights."""
+    from ncl.models.sgraf import SGRAF
+
+    torch.manual_seed(seed)
+    return SGRAF(30, img_dim=16, num_regions=6, word_dim=8, embed_size=16, sim_dim=8,
+                 similarity_strategy="chunked")
+
+
+def ddp_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    """One gloo process: division, gradient averaging and momentum sync; saves its results."""
+    import torch.distributed as dist
+
+    from ncl.callbacks.co_divide import divide, division_losses
+    from ncl.callbacks.distributed import average_gradients
+    from ncl.callbacks.momentum import MomentumTargets
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        nets = [tiny_sgraf(0), tiny_sgraf(1)]
+        losses = division_losses(nets, SgrafPairs(37), batch_size=8, seed=5, epoch=2,
+                                 device=torch.device("cpu"), rank=rank, world=world)
+        prob, clean = divide(losses, gmm_seed=0)
+        np.random.seed(rank)  # different global RNG per rank: only the broadcast makes them agree
+        prob_global, _ = divide(losses, gmm_seed=None)
+        lin = nn.Linear(3, 2)
+        torch.manual_seed(0)
+        lin.weight.data, lin.bias.data = torch.randn(2, 3), torch.zeros(2)
+        x = torch.full((4, 3), float(rank + 1))
+        lin(x).pow(2).sum().backward()
+        average_gradients(lin)
+        mom = MomentumTargets(0.5, 1)
+        mom.reset(4)
+        mom.update(0, torch.tensor([rank, 2]), torch.tensor([0.0, float(rank)]))
+        torch.save({"losses": losses, "prob": prob, "clean": clean, "grad": lin.weight.grad,
+                    "prob_global": prob_global,
+                    "gamma": mom.gamma}, f"{out_dir}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+
+class SyncCheck(L.Callback):
+    """DDP tests: at the end of fit every rank must hold the same weights in both networks
+    (the manual gradient average kept them in lock step); rank 0 leaves a marker file.
+
+    Args:
+        marker_dir: folder of the ``sync_ok_world<W>`` marker.
+    """
+
+    def __init__(self, marker_dir: str = ".") -> None:
+        self.marker_dir = marker_dir
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        flat = torch.cat([p.detach().reshape(-1) for p in pl_module.nets.parameters()])
+        gathered = pl_module.all_gather(flat).reshape(trainer.world_size, -1)  # (W, P)
+        if not all(torch.equal(gathered[0], row) for row in gathered):
+            raise AssertionError("the ranks' weights diverged")
+        if trainer.is_global_zero:
+            Path(self.marker_dir, f"sync_ok_world{trainer.world_size}").write_text("ok")

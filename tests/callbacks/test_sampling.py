@@ -1,0 +1,123 @@
+"""Batch plans of co-teaching (ncl.callbacks.sampling; spec 4.2.3, 4.2.5)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from callbacks.ncr_fakes import FakePairs
+from torch.utils.data.distributed import DistributedSampler
+
+from ncl.callbacks.sampling import (
+    PlanLoader,
+    Step,
+    StepDataset,
+    chunk,
+    cotrain_plan,
+    cycled_batches,
+    division_batches,
+    shard,
+    warmup_plan,
+)
+
+
+@pytest.mark.parametrize(("n", "world"), [(10, 3), (7, 2), (2, 4), (12, 1)])
+def test_shard_matches_distributed_sampler(n: int, world: int) -> None:
+    perm = np.random.default_rng(0).permutation(n) + 100
+    for rank in range(world):
+        ref = list(DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=False))
+        assert shard(perm, rank, world).tolist() == perm[ref].tolist()
+
+
+def test_shard_rejects_bad_rank() -> None:
+    with pytest.raises(ValueError, match="rank"):
+        shard(np.arange(4), 2, 2)
+
+
+def test_chunk_sizes_and_singleton_drop() -> None:
+    assert [b.tolist() for b in chunk(np.arange(7), 3)] == [[0, 1, 2], [3, 4, 5]]
+    assert [b.tolist() for b in chunk(np.arange(8), 3)] == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    assert [b.tolist() for b in chunk(np.arange(7), 3, min_size=1)][-1] == [6]
+
+
+def test_warmup_plan_each_network_one_pass_own_shuffle() -> None:
+    pool = np.arange(3, 40)
+    steps = warmup_plan([pool, pool], batch_size=8, seed=0, epoch=2)
+    nets = [s.net for s in steps]
+    assert nets == sorted(nets)  # all of A, then all of B (spec 4.2.3 step 2)
+    orders = []
+    for k in (0, 1):
+        seen = np.concatenate([s.labelled for s in steps if s.net == k])
+        assert sorted(seen.tolist()) == pool.tolist()  # 37 = 4 * 8 + 5: nothing dropped
+        orders.append(seen.tolist())
+    assert orders[0] != orders[1]  # independent shuffles
+    again = warmup_plan([pool, pool], batch_size=8, seed=0, epoch=2)
+    assert all(np.array_equal(a.labelled, b.labelled) for a, b in zip(steps, again))
+    other = warmup_plan([pool, pool], batch_size=8, seed=0, epoch=3)
+    assert not np.array_equal(steps[0].labelled, other[0].labelled)
+
+
+def test_cotrain_plan_uses_peer_division() -> None:
+    rng = np.random.default_rng(1)
+    clean = [rng.random(50) < 0.7, rng.random(50) < 0.6]
+    steps = cotrain_plan(clean, batch_size=6, seed=0, epoch=5)
+    for k in (0, 1):
+        peer = clean[1 - k]
+        mine = [s for s in steps if s.net == k]
+        lab = np.concatenate([s.labelled for s in mine])
+        # one pass over the peer's clean set (a trailing batch of one would be dropped)
+        assert set(lab.tolist()) <= set(np.flatnonzero(peer).tolist())
+        assert len(lab) == len(set(lab.tolist())) >= peer.sum() - 1
+        assert len(mine) == len(chunk(np.flatnonzero(peer), 6))
+        unl = np.concatenate([s.unlabelled for s in mine])
+        assert set(unl.tolist()) <= set(np.flatnonzero(~peer).tolist())
+    assert [s.net for s in steps] == sorted(s.net for s in steps)
+
+
+def test_cycled_batches_reshuffle_each_pass() -> None:
+    pool = np.arange(10, 17)  # 7 samples, batches of 3: 3 + 3 (+ a dropped 1) per pass
+    out = cycled_batches(pool, count=5, batch_size=3, seed=0, epoch=0, net=0)
+    assert [len(b) for b in out] == [3, 3, 3, 3, 3]
+    first, second = np.concatenate(out[:2]), np.concatenate(out[2:4])
+    assert len(set(first.tolist())) == 6 and len(set(second.tolist())) == 6
+    assert first.tolist() != second.tolist()
+
+
+def test_cycled_batches_none_when_pool_too_small() -> None:
+    assert cycled_batches(np.array([4]), 3, 8, 0, 0, 0) == [None, None, None]
+    steps = cotrain_plan([np.ones(20, bool), np.ones(20, bool)], 4, 0, 0)
+    assert all(s.unlabelled is None for s in steps)
+
+
+def test_cotrain_plan_ranks_in_lock_step() -> None:
+    clean = [np.arange(48) % 4 != 0, np.arange(48) % 3 != 0]  # 36 and 32: no singleton batch
+    plans = [cotrain_plan(clean, 4, 0, 1, rank=r, world=2) for r in (0, 1)]
+    assert len(plans[0]) == len(plans[1])
+    for a, b in zip(*plans):
+        assert a.net == b.net and len(a.labelled) == len(b.labelled)
+        assert len(a.unlabelled) == len(b.unlabelled)
+    for k in (0, 1):  # together the ranks cover the peer's clean set
+        lab = np.concatenate([s.labelled for p in plans for s in p if s.net == k])
+        assert set(lab.tolist()) == set(np.flatnonzero(clean[1 - k]).tolist())
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_division_batches_do_not_depend_on_world_size(world: int) -> None:
+    single = division_batches(53, 8, seed=0, epoch=4, net=1, shuffle=True)
+    dealt = [division_batches(53, 8, 0, 4, 1, True, rank=r, world=world) for r in range(world)]
+    assert sorted(tuple(b.tolist()) for d in dealt for b in d) == sorted(tuple(b.tolist()) for b in single)
+    assert sorted(np.concatenate(single).tolist()) == list(range(53))
+    assert division_batches(5, 2, 0, 0, 0, shuffle=False)[-1].tolist() == [4]  # kept, loss 0
+
+
+def test_step_dataset_and_plan_loader_collate() -> None:
+    pairs = FakePairs(12)
+    steps = [Step(0, np.array([3, 1])), Step(1, np.array([0, 2, 5]), np.array([7, 8]))]
+    loader = PlanLoader(StepDataset(pairs, steps))
+    assert len(loader) == 2
+    items = list(loader)
+    assert items[0]["net"] == 0 and "unlabelled" not in items[0]
+    assert items[0]["labelled"]["index"].tolist() == [3, 1]
+    torch.testing.assert_close(items[0]["labelled"]["images"][1], pairs.images[1])
+    assert items[1]["unlabelled"]["index"].tolist() == [7, 8]
+    assert items[1]["labelled"]["tokens"].shape == (3, 3)

@@ -1,0 +1,173 @@
+"""NCR/LNC method pieces without a Trainer (ncl.methods.ncr; spec 4.2.6-4.2.7, LNC Eq. 4-11)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from callbacks.ncr_fakes import SgrafPairs
+
+from ncl.callbacks.co_divide import Division
+from ncl.data.datasets import collate
+from ncl.division import memorization_prediction
+from ncl.errors import ConfigError
+from ncl.losses import soft_margin_triplet_loss, triplet_loss
+from ncl.methods.ncr import NCR, lr_factor, psi4_boundary
+from ncl.models.sgraf import SGRAF
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _backbone(vocab: int) -> SGRAF:
+    return SGRAF(vocab, img_dim=16, num_regions=6, word_dim=8, embed_size=16, sim_dim=8,
+                 dropout=0.0, similarity_strategy="chunked")
+
+
+def _model(**kwargs) -> NCR:  # noqa: ANN003 - test helper forwarding switches
+    torch.manual_seed(0)
+    return NCR(30, _backbone, **kwargs)
+
+
+def _batch(indices: list[int]) -> dict[str, torch.Tensor]:
+    pairs = SgrafPairs(20)
+    return collate([pairs[i] for i in indices])
+
+
+def _with_division(model: NCR, prob_a: float, prob_b: float, n: int = 20) -> None:
+    prob = torch.tensor([[prob_a] * n, [prob_b] * n])
+    model.co_divide.division = Division(0, torch.zeros(2, n), prob, prob > 0.5)
+
+
+def _eval_prediction(net: torch.nn.Module, batch: dict) -> torch.Tensor:
+    net.eval()
+    with torch.no_grad():
+        p = memorization_prediction(net(batch["images"], batch["tokens"], batch["lengths"]))
+    net.train()
+    return p
+
+
+def test_lr_factor_skips_warmup_epochs() -> None:
+    assert [lr_factor(e, 5, 30) for e in (0, 4, 5, 34)] == [1.0, 1.0, 1.0, 1.0]
+    assert lr_factor(35, 5, 30) == pytest.approx(0.1)
+    assert lr_factor(65, 5, 30) == pytest.approx(0.01)
+    assert lr_factor(20, 10, 10) == pytest.approx(0.1)
+
+
+def test_psi4_boundary_is_midpoint_of_subset_means() -> None:
+    assert psi4_boundary(torch.tensor([0.9, 0.7]), torch.tensor([0.1, 0.3])) == pytest.approx(0.5)
+    assert psi4_boundary(torch.tensor([[0.6, 1.0]]), None) == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [
+    ({"warmup_epochs": -1}, "warmup_epochs"), ({"margin": 0.0}, "margin"),
+    ({"soft_margin": "cubic"}, "soft_margin"), ({"soft_margin_base": 1.0}, "soft_margin_base"),
+    ({"ncr_margin_mode": "paper"}, "ncr_margin_mode"), ({"unlabelled_start": -2}, "unlabelled_start"),
+    ({"mr_momentum": 2.0}, "mr_momentum"), ({"mr_weight": -1.0}, "mr_weight"),
+    ({"abandon_fraction": 1.5}, "abandon_fraction"), ({"unlabelled_update": "both"}, "unlabelled_update"),
+])
+def test_bad_switches_raise_config_error(kwargs: dict, name: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        _model(**kwargs)
+
+
+def test_callbacks_attached_by_the_method() -> None:
+    names = [type(cb).__name__ for cb in _model().configure_callbacks()]
+    assert names == ["CoDivide", "DivisionDiagnostics"]
+    names = [type(cb).__name__ for cb in _model(momentum_regularization=True, diagnostics=False)
+             .configure_callbacks()]
+    assert names == ["CoDivide", "MomentumTargets"]
+
+
+def test_network_trains_on_its_peers_clean_probability() -> None:
+    model = _model()
+    _with_division(model, prob_a=0.0, prob_b=1.0)
+    lab = _batch([0, 3, 5, 7, 9])
+    target_a, _ = model.rectified_targets(0, lab, None)  # A uses w^B = 1: y = 1
+    torch.testing.assert_close(target_a, torch.ones(5))
+    target_b, _ = model.rectified_targets(1, lab, None)  # B uses w^A = 0: y = P^B
+    torch.testing.assert_close(target_b, _eval_prediction(model.nets[1], lab))
+
+
+def test_official_2023_targets_broadcast_and_unlabelled_average() -> None:
+    model = _model(ncr_margin_mode="official_2023")
+    _with_division(model, prob_a=0.25, prob_b=0.25)
+    lab, unl = _batch([1, 2, 4, 6]), _batch([10, 11, 12])
+    target_l, target_u = model.rectified_targets(0, lab, unl)
+    p = _eval_prediction(model.nets[0], lab)
+    torch.testing.assert_close(target_l, (0.25 + 0.75 * p).expand(4, 4))  # T_ij = w_i + (1-w_i) P_j
+    ref_u = (_eval_prediction(model.nets[0], unl) + _eval_prediction(model.nets[1], unl)) / 2
+    torch.testing.assert_close(target_u, ref_u)
+    assert model.margins(target_u, None).shape == (3, 1)  # the code's image-indexed column
+    assert model.margins(target_l, None).shape == (4, 4)
+
+
+@pytest.mark.parametrize(("kind", "expected"), [
+    ("linear", 0.2 * 0.5), ("exponential", 0.2 * (10 ** 0.5 - 1) / 9),
+    ("sin", 0.2 * (math.sin(math.pi * 0.5 - math.pi / 2) / 2 + 0.5)),
+    ("sigmoid", 0.2 / (1 + math.exp(-(10 + 100 * (0.3 - 0.5)) * (0.5 - 0.3)))),
+])
+def test_margins_use_the_configured_psi(kind: str, expected: float) -> None:
+    model = _model(soft_margin=kind)
+    out = model.margins(torch.tensor([0.5, 0.5]), div=0.3 if kind == "sigmoid" else None)
+    torch.testing.assert_close(out, torch.full((2,), expected))
+
+
+class _Recorder:
+    """Replaces ``optimize``/``log_net``/``unlabelled_loss_on`` of a model (no Trainer)."""
+
+    def __init__(self, model: NCR, unlabelled_on: bool) -> None:
+        self.losses: list[tuple[int, torch.Tensor]] = []
+        model.optimize = lambda k, loss: self.losses.append((k, loss.detach()))
+        model.log_net = lambda *args, **kwargs: None
+        model.unlabelled_loss_on = lambda: unlabelled_on
+
+
+def _expected_soft_loss(model: NCR, k: int, batch: dict, target: torch.Tensor) -> torch.Tensor:
+    sims = model.nets[k](batch["images"], batch["tokens"], batch["lengths"])
+    margins = 0.2 * (10 ** target - 1) / 9
+    return soft_margin_triplet_loss(sims, margins, "per_sample", "hardest").sum().detach()
+
+
+@pytest.mark.parametrize(("update", "unlabelled_on", "n_steps"), [
+    ("separate_step", True, 2), ("summed", True, 1), ("separate_step", False, 1)])
+def test_cotrain_step_optimizer_steps(update: str, unlabelled_on: bool, n_steps: int) -> None:
+    model = _model(unlabelled_update=update)
+    model.train()
+    _with_division(model, prob_a=0.6, prob_b=0.8)
+    rec = _Recorder(model, unlabelled_on)
+    lab, unl = _batch([0, 1, 2, 3, 4, 5]), _batch([6, 7, 8, 9])
+    # Before the step: its train-mode forwards move BatchNorm's running statistics.
+    target_l, target_u = model.rectified_targets(1, lab, unl)
+    model.cotrain_step(1, lab, unl)
+    assert [k for k, _ in rec.losses] == [1] * n_steps
+    loss_l = _expected_soft_loss(model, 1, lab, target_l)
+    loss_u = _expected_soft_loss(model, 1, unl, target_u)
+    if n_steps == 2:
+        torch.testing.assert_close(rec.losses[0][1], loss_l)
+        torch.testing.assert_close(rec.losses[1][1], loss_u)
+    elif unlabelled_on:
+        torch.testing.assert_close(rec.losses[0][1], loss_l + loss_u)
+    else:
+        torch.testing.assert_close(rec.losses[0][1], loss_l)
+
+
+def test_warmup_step_with_momentum_regularisation() -> None:
+    model = _model(momentum_regularization=True, mr_momentum=0.75, mr_weight=2.0)
+    model.train()
+    model.momentum.reset(20)
+    rec = _Recorder(model, False)
+    batch = _batch([2, 5, 11, 13, 17])
+    model.warmup_step(0, batch)
+    sims = model.nets[0](batch["images"], batch["tokens"], batch["lengths"])
+    pred = memorization_prediction(sims).detach()
+    expected = triplet_loss(sims, 0.2, "mean").sum().detach() + 2.0 * ((pred - 1) ** 2).sum()
+    torch.testing.assert_close(rec.losses[0][1], expected)
+    torch.testing.assert_close(model.momentum.gamma[0, [2, 5, 11, 13, 17]], 0.75 + 0.25 * pred)
+    assert torch.equal(model.momentum.gamma[1], torch.ones(20))  # B's targets untouched
