@@ -105,6 +105,17 @@ def division_losses(nets: Sequence[nn.Module], pairs: Dataset, batch_size: int, 
     per network). Batches are formed globally and dealt whole to ranks, so the result is the
     same for any number of processes (:func:`ncl.callbacks.sampling.division_batches`).
 
+    Args:
+        nets: the networks (their train/eval modes are restored afterwards).
+        pairs: the noisy training pairs (items as :class:`~ncl.data.datasets.PairDataset`).
+        batch_size: batch size of the loss pass (the training batch size, as the official).
+        seed, epoch: seed of the shuffles.
+        device: where the networks live.
+        margin: the hinge margin (0.2).
+        shuffle: shuffled batches (official) or index order.
+        rank, world: DDP position (collectives only when ``world > 1``).
+        num_workers: DataLoader workers for reading the pairs.
+
     Returns:
         ``(K, N)`` float32 on ``device``, identical on every rank.
     """

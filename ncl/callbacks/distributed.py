@@ -132,6 +132,9 @@ def average_gradients(module: nn.Module) -> None:
     flat /= world_size()
     offset = 0
     for p in used:
-        n = p.numel()
-        p.grad = flat[offset: offset + n].view_as(p).to(p.device, p.dtype).clone()
-        offset += n
+        avg = flat[offset: offset + p.numel()].view_as(p).to(p.device, p.dtype)
+        if p.grad is None:
+            p.grad = avg.clone()
+        else:
+            p.grad.copy_(avg)
+        offset += p.numel()

@@ -52,8 +52,8 @@ class SyntheticSpec:
     n_attributes: int = 16
     n_scenes: int = 16
     family_size: int = 3
-    region_noise: float = 0.5
-    background_scale: float = 0.6
+    region_noise: float = 0.8
+    background_scale: float = 1.5
     zipf: float = 0.8
     seed: int = 0
 
@@ -135,10 +135,13 @@ def _regions(concepts: np.ndarray, lex: _Lexicon, spec: SyntheticSpec, rng: np.r
     parts += [lex.protos[obj2] + 0.7 * lex.protos[attr2]] * rng.randint(1, 3)
     parts += [lex.protos[scene]]
     parts = parts[: spec.num_regions]
-    feats = spec.background_scale * rng.randn(spec.num_regions, spec.feature_dim)
+    # Norms: a concept region's signal is about 2.4 (object + 0.7 attribute, times 2), its
+    # noise about ``region_noise``; a background region's about ``background_scale``.
+    scale = 1.0 / np.sqrt(spec.feature_dim)
+    feats = spec.background_scale * scale * rng.randn(spec.num_regions, spec.feature_dim)
     slots = rng.permutation(spec.num_regions)[: len(parts)]
     for slot, proto in zip(slots, parts):
-        feats[slot] = 2.0 * proto + spec.region_noise * rng.randn(spec.feature_dim) / np.sqrt(spec.feature_dim) * 4
+        feats[slot] = 2.0 * proto + spec.region_noise * scale * rng.randn(spec.feature_dim)
     return feats.astype(np.float32)
 
 

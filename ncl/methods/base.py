@@ -187,6 +187,8 @@ class RetrievalMethod(L.LightningModule):
         sims = self.compute_similarities(im_div)
         results = evaluate_systems(sims, im_div, ["1k"])
         selected = list(sims)[-1]  # the ensemble when there are several networks
+        if self.trainer.is_global_zero:
+            print(_summary_line(self.current_epoch, selected, results[selected]["1k"]), flush=True)
         for name, by_protocol in results.items():
             prefix = "val" if name == selected else f"val_{name}"
             for key in ("rsum", "i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10"):
@@ -209,6 +211,13 @@ class RetrievalMethod(L.LightningModule):
             out = Path(self.trainer.log_dir or self.trainer.default_root_dir)
             write_results(results, out)
         self._eval_store = {}
+
+
+def _summary_line(epoch: int, name: str, m: dict[str, float]) -> str:
+    """One printed line of validation results."""
+    return (f"epoch {epoch} validation [{name}]: i2t R@1/5/10 {m['i2t_r1']:.1f}/{m['i2t_r5']:.1f}/"
+            f"{m['i2t_r10']:.1f}  t2i R@1/5/10 {m['t2i_r1']:.1f}/{m['t2i_r5']:.1f}/"
+            f"{m['t2i_r10']:.1f}  rSum {m['rsum']:.1f}")
 
 
 def _all_gather_rows(module: L.LightningModule, index: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:

@@ -164,7 +164,8 @@ def _prepare(part: str, target: nn.Module, state: dict) -> dict[str, Tensor]:
 
 def _one_row_short(small: Tensor, big: Tensor) -> bool:
     """True if ``small`` equals ``big`` with its last row removed, shape-wise."""
-    return small.dim() == 2 and small.shape[1] == big.shape[1] and small.shape[0] + 1 == big.shape[0]
+    return (small.dim() == 2 and small.shape[1] == big.shape[1]
+            and small.shape[0] + 1 == big.shape[0])
 
 
 def _pad_mask_row(theirs: Tensor, mine: Tensor) -> Tensor:

@@ -5,10 +5,12 @@ Two ways to fill the ``(B_img, B_cap)`` score matrix:
 * ``loop``: the reference formulation, one caption at a time against all images, exactly as
   spec 3.3 "How a batch matrix is produced" describes it.
 * ``chunked``: captions sorted by length and processed in chunks, all images at once, with
-  masks for the variable lengths; TextSA runs once for all captions. The SGR head uses two
-  exact algebraic savings (see :func:`ncl.models.reasoning.sgr_masked`). Equal to ``loop``
-  up to float rounding in eval mode; in train mode only dropout draws differ (SAF's
-  BatchNorm statistics are kept per caption, as in the loop).
+  masks for the variable lengths. Exact savings: the SGR head fuses its query and key maps
+  and updates only the global node in its last step (:func:`ncl.models.reasoning.sgr_masked`);
+  the local similarity vectors recompute their ``(B_img, C L, 1024)`` intermediates in the
+  backward pass instead of storing them (:mod:`ncl.models.local_similarity`). Equal to
+  ``loop`` up to float rounding in eval mode; in train mode only dropout draws differ (SAF's
+  BatchNorm statistics are per caption, as in the loop).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ncl.models.layers import NORM_EPS, init_similarity_weights, l2norm
+from ncl.models.layers import init_similarity_weights, l2norm
+from ncl.models.local_similarity import local_similarity
 from ncl.models.reasoning import (
     AttentionFiltration,
     GraphReasoning,
@@ -53,6 +56,29 @@ def scan_attention(words: Tensor, regions: Tensor, smooth: float = SMOOTH) -> Te
     scores = l2norm(F.leaky_relu(scores, LEAKY_SLOPE), dim=2)  # over words
     attn = (scores.transpose(1, 2) * smooth).softmax(dim=2)  # (B, L, R), over regions
     return l2norm(torch.bmm(attn, regions), dim=-1)
+
+
+def scan_attention_weights(img_emb: Tensor, words: Tensor, smooth: float = SMOOTH) -> Tensor:
+    """SCAN attention weights ``alpha_kr`` of every word of ``C`` captions over every image.
+
+    Batched form of :func:`scan_attention` without the weighted sum. Padded words must be
+    zero: they then score 0 and drop out of the l2norm over each caption's words.
+
+    Args:
+        img_emb: ``(B_img, R, E)`` regions.
+        words: ``(C, L, E)`` word embeddings, zero beyond each caption's length.
+        smooth: Softmax inverse temperature (9.0).
+
+    Returns:
+        ``(B_img, C L, R)`` weights, summing to 1 over regions.
+    """
+    n_img, n_reg, dim = img_emb.shape
+    n_cap, n_words, _ = words.shape
+    scores = img_emb.reshape(n_img * n_reg, dim) @ words.reshape(n_cap * n_words, dim).t()
+    scores = scores.view(n_img, n_reg, n_cap, n_words)  # (B_img, R, C, L)
+    scores = l2norm(F.leaky_relu(scores, LEAKY_SLOPE), dim=-1)  # over each caption's words
+    attn = (scores * smooth).softmax(dim=1)  # over regions
+    return attn.view(n_img, n_reg, n_cap * n_words).transpose(1, 2)
 
 
 class EncoderSimilarity(nn.Module):
@@ -179,18 +205,15 @@ class EncoderSimilarity(nn.Module):
         Returns:
             ``(B_img, C)`` logits, and SAF's per-caption batch statistics (or None).
         """
-        n_img, n_reg, dim = img_emb.shape
-        n_cap, n_words, _ = words.shape
+        n_img = img_emb.shape[0]
+        n_cap, n_words, dim = words.shape
         flat_words = words.reshape(n_cap * n_words, dim)  # (C L, E)
-        # SCAN attention for all pairs; padded words score 0 and so drop out of the l2norm.
-        scores = (img_emb.reshape(n_img * n_reg, dim) @ flat_words.t())
-        scores = scores.view(n_img, n_reg, n_cap, n_words)  # (B_img, R, C, L)
-        scores = l2norm(F.leaky_relu(scores, LEAKY_SLOPE), dim=-1)  # over words
-        attn = (scores * SMOOTH).softmax(dim=1)  # over regions
-        attn = attn.view(n_img, n_reg, n_cap * n_words).transpose(1, 2)  # (B_img, C L, R)
+        attn = scan_attention_weights(img_emb, words)  # (B_img, C L, R)
         glo = (img_glo.unsqueeze(1) - cap_glo.unsqueeze(0)).pow(2)  # (B_img, C, E)
         glo = l2norm(self.sim_tranglo_w(glo), dim=-1)  # (B_img, C, S)
-        loc = self._local_nodes(attn, img_emb, flat_words)  # (B_img, C L, S)
+        loc = local_similarity(attn, img_emb, flat_words, self.sim_tranloc_w.weight,
+                               self.sim_tranloc_w.bias)  # (B_img, C L, S)
+        loc = l2norm(loc, dim=-1)
         nodes = torch.cat([glo.unsqueeze(2), loc.view(n_img, n_cap, n_words, -1)], dim=2)
         del loc  # keep one copy of the nodes (B_img, C, L + 1, S) alive, not two
         node_mask = F.pad(word_mask, (1, 0), value=True)  # (C, L + 1); node 0 is global
@@ -202,29 +225,6 @@ class EncoderSimilarity(nn.Module):
         else:
             vec, mean, var = saf_masked(self.SAF_module, nodes, node_mask)
         return self.sim_eval_w(vec).squeeze(-1), mean, var
-
-
-    def _local_nodes(self, attn: Tensor, img_emb: Tensor, flat_words: Tensor) -> Tensor:
-        """Local similarity nodes ``u_k = l2norm(W_loc (c_k - t_k)^2 + b)`` (spec 3.3).
-
-        Args:
-            attn: ``(B_img, C L, R)`` attention of each word over the regions.
-            img_emb: ``(B_img, R, E)``.
-            flat_words: ``(C L, E)`` word embeddings.
-
-        Returns:
-            ``(B_img, C L, S)``.
-        """
-        if torch.is_grad_enabled():
-            context = l2norm(torch.bmm(attn, img_emb), dim=-1)  # c_k, (B_img, C L, E)
-            return l2norm(self.sim_tranloc_w((context - flat_words).pow(2)), dim=-1)
-        # Inference: the same arithmetic in place, so one (B_img, C L, E) buffer is alive
-        # instead of three, and it is freed before the projection is normalised.
-        context = torch.bmm(attn, img_emb)
-        context.div_(torch.linalg.vector_norm(context, dim=-1, keepdim=True).add_(NORM_EPS))
-        proj = self.sim_tranloc_w(context.sub_(flat_words).pow_(2))  # (B_img, C L, S)
-        del context
-        return proj.div_(torch.linalg.vector_norm(proj, dim=-1, keepdim=True).add_(NORM_EPS))
 
 
 def _check_inputs(img_emb: Tensor, cap_emb: Tensor, lengths: Tensor,

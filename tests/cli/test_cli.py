@@ -101,8 +101,8 @@ def test_official_vocab_and_noise_file_through_cli(tmp_path: Path, shared_data: 
               "--model.backbone.init_args.sim_dim=8", f"--data.data_root={tmp_path}",
               f"--data.vocab_path={shared_data / 'vocab' / 'f30k_precomp_vocab.json'}",
               f"--data.noise_file={noise}", "--data.batch_size=16", "--data.num_workers=0",
-              "--trainer.max_epochs=1", "--trainer.limit_train_batches=1",
-              "--trainer.limit_val_batches=1", "--trainer.num_sanity_val_steps=0",
+              "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
+              "--trainer.limit_val_batches=2", "--trainer.num_sanity_val_steps=0",
               "--trainer.enable_progress_bar=false", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(next(tmp_path.rglob("noise.json")).read_text())

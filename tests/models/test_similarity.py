@@ -89,6 +89,16 @@ def test_chunked_equals_loop_eval(make_model, embeddings, module_name, chunk_siz
     assert loop.std() > 0.01  # the comparison is not between constants
 
 
+@pytest.mark.parametrize("sgr_step", [1, 2])
+def test_chunked_equals_loop_other_sgr_depths(make_model, embeddings, sgr_step):
+    model = make_model("SGR", sgr_step=sgr_step).eval()
+    img, cap, lengths = embeddings
+    with torch.no_grad():
+        loop = model.sim_enc(img, cap, lengths, "loop")
+        chunked = model.sim_enc(img, cap, lengths, "chunked", 4)
+    assert (chunked - loop).abs().max() < 1e-5
+
+
 @pytest.mark.parametrize("module_name", ["SGR", "SAF"])
 def test_chunked_equals_loop_train_outputs_grads_and_running_stats(make_model, embeddings,
                                                                    module_name):

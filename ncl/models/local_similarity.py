@@ -1,0 +1,95 @@
+"""Memory-lean local similarity vectors for the batched path (spec 3.3, section 6 item 1).
+
+``W_loc (l2norm(sum_r alpha_kr v_r) - t_k)^2 + b`` for every image and word of a chunk. Written
+with autograd ops, a training step keeps three ``(B_img, C L, 1024)`` tensors per chunk for
+the backward pass (the attended regions, their difference to the words and its square):
+about 2.8 GB for a 128 x 128 batch at official sizes. This Function keeps only its inputs
+(the ``(B_img, C L, 36)`` attention weights, regions, words and weight) and recomputes the
+rest in the backward pass: one extra ``bmm`` of ``R = 36`` terms per word, small next to the
+``1024 -> 256`` projection. Forward values are identical to the plain expression.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.autograd.function import FunctionCtx, once_differentiable
+
+from ncl.models.layers import NORM_EPS
+
+
+def _attended_difference(attn: Tensor, img_emb: Tensor,
+                         words: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``d = l2norm(attn @ v) - t`` and the pieces its backward needs.
+
+    Returns:
+        ``context`` ``(B, CL, E)`` before the l2norm, its norm ``(B, CL, 1)``, and ``d``.
+    """
+    context = torch.bmm(attn, img_emb)  # (B_img, C L, E)
+    norm = torch.linalg.vector_norm(context, dim=-1, keepdim=True)
+    return context, norm, (context / (norm + NORM_EPS)).sub_(words)
+
+
+class LocalSimilarity(torch.autograd.Function):
+    """``(attn, img_emb, words, weight, bias) -> W (l2norm(attn @ img_emb) - words)^2 + b``.
+
+    Shapes: ``attn (B, CL, R)``, ``img_emb (B, R, E)``, ``words (CL, E)``,
+    ``weight (S, E)``, ``bias (S,)``; output ``(B, CL, S)``.
+    """
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
+    def forward(ctx: FunctionCtx, attn: Tensor, img_emb: Tensor, words: Tensor,
+                weight: Tensor, bias: Tensor) -> Tensor:
+        """Compute in place on one buffer; save only the inputs."""
+        context = torch.bmm(attn, img_emb)
+        denom = torch.linalg.vector_norm(context, dim=-1, keepdim=True).add_(NORM_EPS)
+        squared = context.div_(denom).sub_(words).pow_(2)  # (B, CL, E), one buffer
+        ctx.save_for_backward(attn, img_emb, words, weight)
+        return F.linear(squared, weight, bias)
+
+    @staticmethod
+    @once_differentiable
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx: FunctionCtx, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        """Recompute ``d`` and differentiate by hand.
+
+        With ``y = x / (n + eps)``, ``n = ||x||``:
+        ``dL/dx = g / (n + eps) - x (g . x) / (n (n + eps)^2)`` (zero where ``x = 0``).
+        """
+        attn, img_emb, words, weight = ctx.saved_tensors
+        context, norm, diff = _attended_difference(attn, img_emb, words)
+        denom = norm + NORM_EPS
+        grad_diff = (grad_out @ weight).mul_(diff).mul_(2.0)  # (B, CL, E)
+        flat_out = grad_out.reshape(-1, grad_out.shape[-1])  # (B CL, S)
+        grad_weight = flat_out.t() @ diff.pow_(2).reshape(-1, diff.shape[-1])
+        del diff  # the largest buffers are freed as soon as they are used
+        grad_bias = flat_out.sum(dim=0)
+        grad_words = -grad_diff.sum(dim=0)
+        dot = torch.linalg.vecdot(grad_diff, context).unsqueeze(-1)  # (B, CL, 1)
+        # x = 0 exactly where n = 0, so the second term is 0 there; avoid 0/0.
+        scale = torch.where(norm > 0, dot / (norm.clamp_min(1e-30) * denom.pow(2)),
+                            torch.zeros_like(dot))
+        grad_context = grad_diff.div_(denom).addcmul_(context, scale, value=-1.0)
+        needs = ctx.needs_input_grad
+        grad_attn = torch.bmm(grad_context, img_emb.transpose(1, 2)) if needs[0] else None
+        grad_img = torch.bmm(attn.transpose(1, 2), grad_context) if needs[1] else None
+        return grad_attn, grad_img, grad_words, grad_weight, grad_bias
+
+
+def local_similarity(attn: Tensor, img_emb: Tensor, words: Tensor, weight: Tensor,
+                     bias: Tensor) -> Tensor:
+    """``W_loc (c_k - t_k)^2 + b_loc`` with ``c_k = l2norm(sum_r attn_kr v_r)`` (spec 3.3).
+
+    Args:
+        attn: ``(B_img, C L, R)`` attention of each word over the regions.
+        img_emb: ``(B_img, R, E)`` regions.
+        words: ``(C L, E)`` word embeddings.
+        weight: ``(S, E)`` of ``sim_tranloc_w``.
+        bias: ``(S,)`` of ``sim_tranloc_w``.
+
+    Returns:
+        ``(B_img, C L, S)``, before the final l2norm.
+    """
+    return LocalSimilarity.apply(attn, img_emb, words, weight, bias)
