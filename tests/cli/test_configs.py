@@ -8,7 +8,7 @@ callbacks, optimiser) is exercised as shipped.
 
 from __future__ import annotations
 
-import os
+import json
 from pathlib import Path
 
 import pytest
@@ -39,7 +39,43 @@ def tiny_override(tmp_path: Path, cache: Path, config: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+def is_evaluation_only(config: Path) -> bool:
+    return yaml.safe_load(config.read_text())["model"]["class_path"].endswith("Pretrained")
+
+
+TRAIN_CONFIGS = [c for c in CONFIGS if not is_evaluation_only(c)]
+EVAL_CONFIGS = [c for c in CONFIGS if is_evaluation_only(c)]
+
+
+@pytest.mark.parametrize("config", EVAL_CONFIGS, ids=[c.stem for c in EVAL_CONFIGS])
+def test_evaluation_config_tests_official_checkpoints(config: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       synthetic_cache: Path) -> None:
+    """Official-format checkpoints written here are evaluated by ``ncl test``."""
+    from ncl.data.datamodule import SyntheticDataModule
+    from ncl.models import SGRAF
+
+    from helpers_official import official_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    vocab = SyntheticDataModule(preset="tiny", cache_dir=str(synthetic_cache)).vocab_size
+    original = yaml.safe_load(config.read_text())["model"]["init_args"]["backbones"]
+    backbones, paths = [], []
+    for k, entry in enumerate(original):
+        args = {**entry["init_args"], **TINY_BACKBONE}
+        net = SGRAF(vocab, **args)
+        paths.append(str(official_checkpoint(tmp_path / f"net{k}_model_best.pth.tar", [net])))
+        backbones.append({"class_path": entry["class_path"], "init_args": args})
+    override = tiny_override(tmp_path, synthetic_cache, config)
+    extra = yaml.safe_load(override.read_text())
+    extra["model"] = {"init_args": {"backbones": backbones, "checkpoints": paths}}
+    override.write_text(yaml.safe_dump(extra))
+    main(["test", "--config", str(config), "--config", str(override)])
+    results = json.loads(next(tmp_path.rglob("test_results.json")).read_text())
+    assert set(results) == {"net0_model_best", "net1_model_best", "net0_model_best+net1_model_best"}
+
+
+@pytest.mark.parametrize("config", TRAIN_CONFIGS, ids=[c.stem for c in TRAIN_CONFIGS])
 def test_config_fits_on_tiny_data(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                   synthetic_cache: Path) -> None:
     monkeypatch.chdir(tmp_path)

@@ -1,0 +1,113 @@
+"""Robustness grid on the synthetic benchmark: methods x noise ratios x seeds, through the CLI.
+
+Each cell runs ``ncl fit`` (the quickstart's model and data, with the method, noise and seed
+overridden) and then ``ncl test`` on the best checkpoint (by validation rSum), and records
+the best validation rSum and the test rSum. Results are appended to a CSV as they come, and
+a Markdown table (mean +- std over seeds) is printed at the end.
+
+Example (the table in docs/results.md):
+
+    python scripts/robustness_grid.py --methods rcl triplet triplet_sum clean \
+        --noise 0.0 0.2 0.6 0.8 --seeds 0 --epochs 6 --out runs/grid.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "configs" / "quickstart.yaml"
+
+# Method name -> CLI overrides on top of the quickstart config (same backbone, optimiser,
+# data; only the loss changes).
+METHODS: dict[str, list[str]] = {
+    "rcl": [],
+    "triplet": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest"],
+    "triplet_sum": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=sum"],
+    "infonce": ["--model=ncl.methods.baselines.InfoNCE"],
+    "clean": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
+              "--model.clean_only=true"],
+}
+
+
+def run_cell(method: str, noise: float, seed: int, epochs: int, noise_type: str, work: Path) -> dict:
+    run_root = work / f"{method}_n{noise}_s{seed}"
+    common = ["--config", str(QUICKSTART), *METHODS[method], f"--seed_everything={seed}",
+              f"--data.noise_ratio={noise}", f"--data.noise_type={noise_type}",
+              f"--data.noise_seed={seed}", f"--trainer.default_root_dir={run_root}",
+              "--trainer.enable_progress_bar=false"]
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONWARNINGS": "ignore"}
+    start = time.time()
+    subprocess.run([sys.executable, "-m", "ncl.cli", "fit", *common, f"--trainer.max_epochs={epochs}"],
+                   check=True, env=env, capture_output=True, text=True)
+    fit_seconds = time.time() - start
+    metrics = next(run_root.rglob("metrics.csv"))
+    with open(metrics) as handle:
+        rsums = [float(r["val/rsum"]) for r in csv.DictReader(handle) if r.get("val/rsum")]
+    best = max(run_root.rglob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
+    subprocess.run([sys.executable, "-m", "ncl.cli", "test", *common, f"--ckpt_path={best}"],
+                   check=True, env=env, capture_output=True, text=True)
+    results = json.loads(max(run_root.rglob("test_results.json"), key=lambda p: p.stat().st_mtime).read_text())
+    test_rsum = next(iter(results.values()))["1k"]["rsum"]
+    return {"method": method, "noise": noise, "seed": seed, "epochs": epochs,
+            "best_val_rsum": max(rsums), "last_val_rsum": rsums[-1], "test_rsum": test_rsum,
+            "fit_seconds": round(fit_seconds, 1)}
+
+
+def table(rows: list[dict]) -> str:
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    noises = sorted({r["noise"] for r in rows})
+    lines = ["| method | " + " | ".join(f"{int(100 * n)}% noise" for n in noises) + " |",
+             "|---|" + "---|" * len(noises)]
+    for m in methods:
+        cells = []
+        for n in noises:
+            vals = [r["test_rsum"] for r in rows if r["method"] == m and r["noise"] == n]
+            if not vals:
+                cells.append("")
+            elif len(vals) == 1:
+                cells.append(f"{vals[0]:.1f}")
+            else:
+                cells.append(f"{statistics.mean(vals):.1f} +- {statistics.stdev(vals):.1f} (n={len(vals)})")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", nargs="+", default=["rcl", "triplet", "triplet_sum", "clean"],
+                        choices=sorted(METHODS))
+    parser.add_argument("--noise", nargs="+", type=float, default=[0.0, 0.2, 0.6, 0.8])
+    parser.add_argument("--noise-type", default="image", choices=["image", "caption"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--out", type=Path, default=Path("runs/robustness_grid.csv"))
+    args = parser.parse_args()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    work = args.out.parent / "grid_runs"
+    rows: list[dict] = []
+    for seed in args.seeds:
+        for noise in args.noise:
+            for method in args.methods:
+                row = run_cell(method, noise, seed, args.epochs, args.noise_type, work)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                new = not args.out.exists()
+                with open(args.out, "a", newline="") as handle:
+                    writer = csv.DictWriter(handle, fieldnames=list(row))
+                    if new:
+                        writer.writeheader()
+                    writer.writerow(row)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
