@@ -72,6 +72,40 @@ def psi4_boundary(target_clean: Tensor, target_noisy: Tensor | None) -> float:
     return min(max(div, 0.0), 1.0)
 
 
+def mr_prediction(sims: Tensor, margin: float = 0.2, form: PredictionForm = "hinge",
+                  detach_normalizer: bool = True) -> Tensor:
+    """Prediction ``P`` used by the momentum regulariser (LNC Eq. 4 with Eq. 9), with gradient.
+
+    ``P_i = clip(s_i, 0, alpha) / tau`` clipped to [0, 1], with ``tau`` the mean of the
+    ``B // 10 + 1`` largest clipped scores (as :func:`ncl.division.memorization_prediction`,
+    same values). With ``detach_normalizer`` ``tau`` is a constant for the gradient: pulling
+    ``P_i`` towards its target then moves pair ``i``'s own score only. Through ``tau`` the
+    cheapest way to raise every ``P`` is to pull the batch's best pairs *down* (a smaller
+    ``tau``), which stalls learning (measured: see docs/methods/ncr_lnc.md).
+
+    Args:
+        sims: ``(B, B)`` similarities, with gradient.
+        margin: alpha (0.2).
+        form: ``hinge`` (from the per-sample mean hinge, code) or ``linear`` (Eq. 9 text).
+        detach_normalizer: treat ``tau`` as a constant.
+
+    Returns:
+        ``(B,)`` predictions in [0, 1].
+    """
+    if not detach_normalizer:
+        return memorization_prediction(sims, margin, form)
+    if form == "hinge":
+        raw = margin - triplet_loss(sims, margin, negatives="mean") / 2  # (B,)
+    else:  # Eq. 9: positive minus the mean of its row and column negatives (divided by b)
+        b, diag = sims.shape[0], sims.diagonal()
+        raw = diag - ((sims.sum(1) - diag) / b + (sims.sum(0) - diag) / b) / 2
+    raw = raw.clamp(0.0, margin)
+    tau = raw.detach().topk(raw.numel() // 10 + 1).values.mean()
+    if not bool(tau > 0):
+        return torch.zeros_like(raw)
+    return (raw / tau).clamp(0.0, 1.0)
+
+
 class NCR(RetrievalMethod):
     """NCR / LNC LightningModule (two SGRAF networks A and B, manual optimisation).
 
@@ -103,6 +137,8 @@ class NCR(RetrievalMethod):
         mr_weight: lambda of Eq. 6 (paper: no value given).
         mr_reduction: reduce ``(P_i - gamma_i)^2`` over the batch by ``sum`` (like the
             summed triplet, so lambda weighs the two terms per pair) or ``mean`` (Eq. 4's 1/N).
+        mr_detach_normalizer: no gradient through P's batch normaliser tau in the regulariser
+            (:func:`mr_prediction`; the paper does not say).
         noise_abandon: LNC's Randomly Noise Abandon in warm-up epochs >= 1 (Eq. 7).
         abandon_fraction: fraction of the doubly-noisy pairs dropped (0.5).
         seed: seed of every shuffle of the batch plans and of the abandon draw.
@@ -121,7 +157,8 @@ class NCR(RetrievalMethod):
                  unlabelled_update: UnlabelledUpdate = "separate_step",
                  momentum_regularization: bool = False, mr_momentum: float = 0.5,
                  mr_weight: float = 1.0, mr_reduction: MrReduction = "sum",
-                 noise_abandon: bool = False, abandon_fraction: float = 0.5, seed: int = 0,
+                 mr_detach_normalizer: bool = True, noise_abandon: bool = False,
+                 abandon_fraction: float = 0.5, seed: int = 0,
                  diagnostics: bool = True, loss_figure: bool = False) -> None:
         super().__init__(vocab_size, backbone, optimizer, lr_update, grad_clip, eval_shard_size,
                          n_networks=2)
@@ -242,7 +279,7 @@ class NCR(RetrievalMethod):
         loss = triplet_loss(sims, hp.margin, negatives="mean").sum()
         logs = {"warmup_triplet": loss.detach()}
         if self.momentum is not None:
-            pred = memorization_prediction(sims, hp.margin, hp.prediction_form)  # (B,), with grad
+            pred = mr_prediction(sims, hp.margin, hp.prediction_form, hp.mr_detach_normalizer)
             mr = momentum_regularizer(pred, self.momentum.targets(k, batch["index"]))
             mr = mr.sum() if hp.mr_reduction == "sum" else mr.mean()
             loss = loss + hp.mr_weight * mr

@@ -134,9 +134,16 @@ class SGRAF(nn.Module):
         """The strategy and chunk size used on ``device`` (resolves ``"auto"``; spec 6.1).
 
         ``auto`` is the chunked path everywhere: on CUDA with ``chunk_size`` captions per
-        chunk (the loop is launch-bound there); on CPU with at most ``CPU_CHUNK_SIZE``,
-        because larger chunks spill out of cache. Measured in docs/benchmarks/similarity.md:
-        on CPU this is faster than the loop and no larger in memory.
+        chunk (spec 6.1: the loop is launch-bound there; not measured in this project yet);
+        on CPU with at most ``CPU_CHUNK_SIZE``, because larger chunks spill out of cache.
+        Measured in docs/benchmarks/similarity.md: on CPU this is faster than the loop and
+        no larger in memory.
+
+        Args:
+            device: Where the embeddings live.
+
+        Returns:
+            ``("loop" | "chunked", chunk_size)``.
         """
         if self.similarity_strategy != "auto":
             return self.similarity_strategy, self.chunk_size

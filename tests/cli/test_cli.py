@@ -31,7 +31,7 @@ def ncl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_fit_then_test_on_synthetic(tmp_path: Path, synthetic_cache: Path) -> None:
     common = ["--config", str(REPO / "configs" / "quickstart.yaml"), *TINY,
-              "--data.preset=tiny", f"--data.cache_dir={synthetic_cache}", "--data.batch_size=16",
+              "--data.preset=tiny", "--data.n_train=null", f"--data.cache_dir={synthetic_cache}", "--data.batch_size=16",
               "--trainer.limit_train_batches=3", "--trainer.enable_progress_bar=false"]
     fit = ncl("fit", *common, "--trainer.max_epochs=2", cwd=tmp_path)
     assert fit.returncode == 0, fit.stderr[-3000:]
@@ -67,7 +67,7 @@ def test_headline_command_without_data(tmp_path: Path) -> None:
 def test_bad_options_give_one_clear_error(tmp_path: Path, synthetic_cache: Path, args: list[str],
                                           message: str) -> None:
     out = ncl("fit", "--config", str(REPO / "configs" / "quickstart.yaml"), *TINY,
-              "--data.preset=tiny", f"--data.cache_dir={synthetic_cache}", *args, cwd=tmp_path)
+              "--data.preset=tiny", "--data.n_train=null", f"--data.cache_dir={synthetic_cache}", *args, cwd=tmp_path)
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert message in out.stderr
@@ -76,7 +76,7 @@ def test_bad_options_give_one_clear_error(tmp_path: Path, synthetic_cache: Path,
 
 def test_region_mismatch_is_reported(tmp_path: Path, synthetic_cache: Path) -> None:
     out = ncl("fit", "--config", str(REPO / "configs" / "quickstart.yaml"), *TINY[:1],
-              "--model.backbone.init_args.num_regions=7", "--data.preset=tiny",
+              "--model.backbone.init_args.num_regions=7", "--data.preset=tiny", "--data.n_train=null",
               f"--data.cache_dir={synthetic_cache}", cwd=tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "6 regions x 16 dims" in out.stderr
@@ -117,7 +117,7 @@ def test_wrong_length_noise_file_through_cli(tmp_path: Path, synthetic_cache: Pa
     bad = tmp_path / "noise_bad.npy"
     np.save(bad, np.arange(17))
     out = ncl("fit", "--config", str(REPO / "configs" / "quickstart.yaml"), *TINY,
-              "--data.preset=tiny", f"--data.cache_dir={synthetic_cache}",
+              "--data.preset=tiny", "--data.n_train=null", f"--data.cache_dir={synthetic_cache}",
               f"--data.noise_file={bad}", cwd=tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert str(bad) in out.stderr and "length 17" in out.stderr and "300" in out.stderr

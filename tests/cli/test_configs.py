@@ -24,7 +24,8 @@ TINY_BACKBONE = {"img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 1
 def tiny_override(tmp_path: Path, cache: Path, config: Path) -> Path:
     """A second config: synthetic tiny data, small dims, short epochs, outputs in tmp_path."""
     original = yaml.safe_load(config.read_text())
-    data_args = {"preset": "tiny", "cache_dir": str(cache), "batch_size": 16, "eval_batch_size": 32}
+    data_args = {"preset": "tiny", "n_train": None, "cache_dir": str(cache), "batch_size": 16,
+                 "eval_batch_size": 32}
     for key in ("noise_type", "noise_ratio", "noise_seed"):
         if key in original["data"].get("init_args", {}):
             data_args[key] = original["data"]["init_args"][key]

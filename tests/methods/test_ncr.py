@@ -13,7 +13,7 @@ from ncl.data.datasets import collate
 from ncl.division import memorization_prediction
 from ncl.errors import ConfigError
 from ncl.losses import soft_margin_triplet_loss, triplet_loss
-from ncl.methods.ncr import NCR, lr_factor, psi4_boundary
+from ncl.methods.ncr import NCR, lr_factor, mr_prediction, psi4_boundary
 from ncl.models.sgraf import SGRAF
 
 
@@ -171,3 +171,21 @@ def test_warmup_step_with_momentum_regularisation() -> None:
     torch.testing.assert_close(rec.losses[0][1], expected)
     torch.testing.assert_close(model.momentum.gamma[0, [2, 5, 11, 13, 17]], 0.75 + 0.25 * pred)
     assert torch.equal(model.momentum.gamma[1], torch.ones(20))  # B's targets untouched
+
+
+@pytest.mark.parametrize("form", ["hinge", "linear"])
+def test_mr_prediction_values_and_detached_normaliser(form: str) -> None:
+    g = torch.Generator().manual_seed(3)
+    sims = (torch.rand(12, 12, generator=g) * 0.2 + torch.eye(12) * 0.1).requires_grad_()
+    ref = memorization_prediction(sims, 0.2, form)
+    got = mr_prediction(sims, 0.2, form, detach_normalizer=True)
+    torch.testing.assert_close(got, ref)  # the same values, only the gradient differs
+    inside = ((ref > 0) & (ref < 1)).nonzero().flatten()
+    assert inside.numel() > 0
+    i = int(inside[0])  # a pair whose P is clipped neither at 0 nor at 1
+    grad = torch.autograd.grad(got[i], sims)[0]
+    own = torch.zeros(12, 12, dtype=torch.bool)
+    own[i, :], own[:, i] = True, True
+    assert float(grad[~own].abs().max()) == 0.0  # tau is constant: only pair i's row/column
+    through = torch.autograd.grad(mr_prediction(sims, 0.2, form, False)[i], sims)[0]
+    assert float(through[~own].abs().max()) > 0.0  # through tau the top pairs move too
