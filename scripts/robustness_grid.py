@@ -35,12 +35,16 @@ METHODS: dict[str, list[str]] = {
     "infonce": ["--model=ncl.methods.baselines.InfoNCE"],
     "clean": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
               "--model.clean_only=true"],
+    "clean_sum": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=sum",
+                  "--model.clean_only=true"],
 }
 
 
-def run_cell(method: str, noise: float, seed: int, epochs: int, noise_type: str, work: Path) -> dict:
-    run_root = work / f"{method}_n{noise}_s{seed}"
-    common = ["--config", str(QUICKSTART), *METHODS[method], f"--seed_everything={seed}",
+def run_cell(method: str, noise: float, seed: int, epochs: int, noise_type: str, work: Path,
+             extra: list[str]) -> dict:
+    tag = "_".join(a.lstrip("-").split(".")[-1] for a in extra)
+    run_root = work / f"{method}_n{noise}_s{seed}_e{epochs}{'_' + tag if tag else ''}"
+    common = ["--config", str(QUICKSTART), *METHODS[method], *extra, f"--seed_everything={seed}",
               f"--data.noise_ratio={noise}", f"--data.noise_type={noise_type}",
               f"--data.noise_seed={seed}", f"--trainer.default_root_dir={run_root}",
               "--trainer.enable_progress_bar=false"]
@@ -49,7 +53,7 @@ def run_cell(method: str, noise: float, seed: int, epochs: int, noise_type: str,
     subprocess.run([sys.executable, "-m", "ncl.cli", "fit", *common, f"--trainer.max_epochs={epochs}"],
                    check=True, env=env, capture_output=True, text=True)
     fit_seconds = time.time() - start
-    metrics = next(run_root.rglob("metrics.csv"))
+    metrics = max(run_root.rglob("metrics.csv"), key=lambda p: p.stat().st_mtime)  # this run's
     with open(metrics) as handle:
         rsums = [float(r["val/rsum"]) for r in csv.DictReader(handle) if r.get("val/rsum")]
     best = max(run_root.rglob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
@@ -57,7 +61,7 @@ def run_cell(method: str, noise: float, seed: int, epochs: int, noise_type: str,
                    check=True, env=env, capture_output=True, text=True)
     results = json.loads(max(run_root.rglob("test_results.json"), key=lambda p: p.stat().st_mtime).read_text())
     test_rsum = next(iter(results.values()))["1k"]["rsum"]
-    return {"method": method, "noise": noise, "seed": seed, "epochs": epochs,
+    return {"method": method + (f" [{' '.join(extra)}]" if extra else ""), "noise": noise, "seed": seed, "epochs": epochs,
             "best_val_rsum": max(rsums), "last_val_rsum": rsums[-1], "test_rsum": test_rsum,
             "fit_seconds": round(fit_seconds, 1)}
 
@@ -90,6 +94,8 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--out", type=Path, default=Path("runs/robustness_grid.csv"))
+    parser.add_argument("--extra", nargs="*", default=[],
+                        help="further CLI overrides for every cell, e.g. --extra=--model.optimizer.init_args.lr=2e-4")
     args = parser.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     work = args.out.parent / "grid_runs"
@@ -97,7 +103,7 @@ def main() -> None:
     for seed in args.seeds:
         for noise in args.noise:
             for method in args.methods:
-                row = run_cell(method, noise, seed, args.epochs, args.noise_type, work)
+                row = run_cell(method, noise, seed, args.epochs, args.noise_type, work, args.extra)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 new = not args.out.exists()
