@@ -79,9 +79,9 @@ def mr_prediction(sims: Tensor, margin: float = 0.2, form: PredictionForm = "hin
     ``P_i = clip(s_i, 0, alpha) / tau`` clipped to [0, 1], with ``tau`` the mean of the
     ``B // 10 + 1`` largest clipped scores (as :func:`ncl.division.memorization_prediction`,
     same values). With ``detach_normalizer`` ``tau`` is a constant for the gradient: pulling
-    ``P_i`` towards its target then moves pair ``i``'s own score only. Through ``tau`` the
-    cheapest way to raise every ``P`` is to pull the batch's best pairs *down* (a smaller
-    ``tau``), which stalls learning (measured: see docs/methods/ncr_lnc.md).
+    ``P_i`` towards its target then moves pair ``i``'s own score only. Through ``tau`` every
+    ``P`` can also be raised by pulling the batch's best pairs *down* (a smaller ``tau``),
+    which works against the ranking objective. The paper does not say which is meant.
 
     Args:
         sims: ``(B, B)`` similarities, with gradient.
@@ -135,8 +135,9 @@ class NCR(RetrievalMethod):
         momentum_regularization: LNC's warm-up regulariser (Eq. 4-6).
         mr_momentum: beta of Eq. 5 (paper: no value given).
         mr_weight: lambda of Eq. 6 (paper: no value given).
-        mr_reduction: reduce ``(P_i - gamma_i)^2`` over the batch by ``sum`` (like the
-            summed triplet, so lambda weighs the two terms per pair) or ``mean`` (Eq. 4's 1/N).
+        mr_reduction: reduce ``(P_i - gamma_i)^2`` over the batch by ``mean`` (Eq. 4's 1/N)
+            or ``sum`` (like the summed triplet, so lambda weighs the two terms per pair; it
+            stopped warm-up learning on the synthetic benchmark).
         mr_detach_normalizer: no gradient through P's batch normaliser tau in the regulariser
             (:func:`mr_prediction`; the paper does not say).
         noise_abandon: LNC's Randomly Noise Abandon in warm-up epochs >= 1 (Eq. 7).
@@ -156,7 +157,7 @@ class NCR(RetrievalMethod):
                  division_shuffle: bool = True, unlabelled_start: int | None = None,
                  unlabelled_update: UnlabelledUpdate = "separate_step",
                  momentum_regularization: bool = False, mr_momentum: float = 0.5,
-                 mr_weight: float = 1.0, mr_reduction: MrReduction = "sum",
+                 mr_weight: float = 1.0, mr_reduction: MrReduction = "mean",
                  mr_detach_normalizer: bool = True, noise_abandon: bool = False,
                  abandon_fraction: float = 0.5, seed: int = 0,
                  diagnostics: bool = True, loss_figure: bool = False) -> None:

@@ -158,8 +158,10 @@ def test_cotrain_step_optimizer_steps(update: str, unlabelled_on: bool, n_steps:
         torch.testing.assert_close(rec.losses[0][1], loss_l)
 
 
-def test_warmup_step_with_momentum_regularisation() -> None:
-    model = _model(momentum_regularization=True, mr_momentum=0.75, mr_weight=2.0)
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_warmup_step_with_momentum_regularisation(reduction: str) -> None:
+    model = _model(momentum_regularization=True, mr_momentum=0.75, mr_weight=2.0,
+                   mr_reduction=reduction)
     model.train()
     model.momentum.reset(20)
     rec = _Recorder(model, False)
@@ -167,7 +169,9 @@ def test_warmup_step_with_momentum_regularisation() -> None:
     model.warmup_step(0, batch)
     sims = model.nets[0](batch["images"], batch["tokens"], batch["lengths"])
     pred = memorization_prediction(sims).detach()
-    expected = triplet_loss(sims, 0.2, "mean").sum().detach() + 2.0 * ((pred - 1) ** 2).sum()
+    mr = (pred - 1) ** 2  # gamma^0 = 1
+    expected = triplet_loss(sims, 0.2, "mean").sum().detach() + 2.0 * (
+        mr.sum() if reduction == "sum" else mr.mean())
     torch.testing.assert_close(rec.losses[0][1], expected)
     torch.testing.assert_close(model.momentum.gamma[0, [2, 5, 11, 13, 17]], 0.75 + 0.25 * pred)
     assert torch.equal(model.momentum.gamma[1], torch.ones(20))  # B's targets untouched
