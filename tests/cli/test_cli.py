@@ -92,14 +92,16 @@ def _f30k_sized_dataset(root: Path) -> None:
     write_split(data, "dev", 20, regions=2, dim=4)
 
 
-def test_official_vocab_and_noise_file_through_cli(tmp_path: Path, shared_data: Path) -> None:
+@pytest.mark.parametrize("vocab, size", [("f30k", 8481), ("coco", 11353), ("cc152k", 12072)])
+def test_official_vocab_and_noise_file_through_cli(tmp_path: Path, shared_data: Path, vocab: str,
+                                                    size: int) -> None:
     _f30k_sized_dataset(tmp_path)
     noise = shared_data / "noise_index" / "rcl" / "f30k_precomp" / "noise_inx_0.6.npy"
     out = ncl("fit", "--config", str(REPO / "configs" / "rcl_sgr_f30k.yaml"),
               "--model.backbone.init_args.img_dim=4", "--model.backbone.init_args.num_regions=2",
               "--model.backbone.init_args.word_dim=8", "--model.backbone.init_args.embed_size=8",
               "--model.backbone.init_args.sim_dim=8", f"--data.data_root={tmp_path}",
-              f"--data.vocab_path={shared_data / 'vocab' / 'f30k_precomp_vocab.json'}",
+              f"--data.vocab_path={shared_data / 'vocab' / f'{vocab}_precomp_vocab.json'}",
               f"--data.noise_file={noise}", "--data.batch_size=16", "--data.num_workers=0",
               "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
               "--trainer.limit_val_batches=2", "--trainer.num_sanity_val_steps=0",
@@ -108,9 +110,9 @@ def test_official_vocab_and_noise_file_through_cli(tmp_path: Path, shared_data: 
     summary = json.loads(next(tmp_path.rglob("noise.json")).read_text())
     assert summary["format"] == "image" and abs(summary["noise_rate"] - 0.59993) < 1e-4
     ckpt = torch.load(next(tmp_path.rglob("*.ckpt")), map_location="cpu", weights_only=False)
-    assert ckpt["hyper_parameters"]["vocab_size"] == 8481  # linked from the vocabulary file
+    assert ckpt["hyper_parameters"]["vocab_size"] == size  # linked from the vocabulary file
     rows = [v.shape[0] for k, v in ckpt["state_dict"].items() if k.endswith("embed.weight")]
-    assert rows == [8482]  # RCL appends <mask>
+    assert rows == [size + 1]  # RCL appends <mask>
 
 
 def test_wrong_length_noise_file_through_cli(tmp_path: Path, synthetic_cache: Path) -> None:
