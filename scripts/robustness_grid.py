@@ -7,8 +7,8 @@ a Markdown table (mean +- std over seeds) is printed at the end.
 
 Example (the table in docs/results.md):
 
-    python scripts/robustness_grid.py --methods rcl triplet triplet_sum clean \
-        --noise 0.0 0.2 0.6 0.8 --seeds 0 --epochs 6 --out runs/grid.csv
+    python scripts/robustness_grid.py --methods rcl triplet triplet_sum clean_sum \
+        --noise 0.0 0.2 0.6 0.8 --seeds 0 --epochs 14 --out runs/grid.csv
 """
 
 from __future__ import annotations
