@@ -17,14 +17,6 @@ from ncl.methods.ncr import NCR, lr_factor, mr_prediction, psi4_boundary
 from ncl.models.sgraf import SGRAF
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _backbone(vocab: int) -> SGRAF:
     return SGRAF(vocab, img_dim=16, num_regions=6, word_dim=8, embed_size=16, sim_dim=8,
                  dropout=0.0, similarity_strategy="chunked")

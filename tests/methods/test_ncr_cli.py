@@ -17,14 +17,6 @@ BACKBONE = {"img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16, "s
             "dropout": 0.0, "similarity_strategy": "chunked"}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def write_config(tmp_path: Path, cache: Path, model: dict, trainer: dict | None = None) -> Path:
     """A tiny NCR config (CSV logger, checkpoint on val/rsum) with ``model`` switches."""
     cfg = {
