@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 import lightning as L
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.plugins.io import CheckpointIO
 
+from ncl.checkpoint_io import AtomicCheckpointIO
 from ncl.errors import NclUserError
 from ncl.methods.base import RetrievalMethod
 
@@ -34,10 +37,19 @@ class NclArgumentParser(LightningArgumentParser):
 
 
 class NclCLI(LightningCLI):
-    """LightningCLI with ncl's argument links."""
+    """LightningCLI with ncl's argument links and atomic checkpoint writes."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> L.Trainer:
+        """Add :class:`AtomicCheckpointIO` unless the config brings its own CheckpointIO."""
+        plugins = config.get("plugins")
+        plugins = [] if plugins is None else list(plugins) if isinstance(plugins, list) else [plugins]
+        if not any(isinstance(p, CheckpointIO) for p in plugins):
+            plugins.append(AtomicCheckpointIO())
+        config["plugins"] = plugins
+        return super()._instantiate_trainer(config, callbacks)
 
 
 def _root_cause(err: BaseException) -> BaseException:

@@ -1,0 +1,97 @@
+"""Checkpoints: atomic writes, and a last.ckpt that always holds the latest epoch."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+import yaml
+from torch.utils.data import DataLoader, TensorDataset
+
+from ncl.checkpoint_io import AtomicCheckpointIO
+from ncl.cli import NclCLI
+from ncl.methods.base import RetrievalMethod
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = ["--model.backbone.init_args.img_dim=16", "--model.backbone.init_args.num_regions=6",
+        "--model.backbone.init_args.word_dim=8", "--model.backbone.init_args.embed_size=16",
+        "--model.backbone.init_args.sim_dim=8"]
+
+
+def test_atomic_write_keeps_previous_checkpoint_on_failure(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "ckpts" / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"epoch": 1}, path)
+    assert torch.load(path)["epoch"] == 1
+
+    def crash(obj, handle) -> None:  # writes half a file, then dies (e.g. disk full)
+        handle.write(b"partial")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr("ncl.checkpoint_io.torch.save", crash)
+    with pytest.raises(OSError):
+        io.save_checkpoint({"epoch": 2}, path)
+    assert torch.load(path)["epoch"] == 1  # the previous complete checkpoint survives
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]  # no temporary left
+
+
+class _Declining(L.LightningModule):
+    """A model whose validation rSum gets worse every epoch: only epoch 0 is a best."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
+        self.log("val/rsum", 100.0 - self.current_epoch)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _config_callbacks(config: Path) -> list:
+    callbacks = []
+    for entry in yaml.safe_load(config.read_text())["trainer"]["callbacks"]:
+        module, name = entry["class_path"].rsplit(".", 1)
+        callbacks.append(getattr(importlib.import_module(module), name)(**entry.get("init_args", {})))
+    return callbacks
+
+
+def test_last_checkpoint_is_the_latest_epoch_not_the_best(tmp_path: Path) -> None:
+    # The configs' own callbacks: last.ckpt must follow the latest epoch (for resuming) even
+    # when that epoch is not a new best, while best-*.ckpt stays at the best epoch.
+    data = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+    trainer = L.Trainer(max_epochs=3, callbacks=_config_callbacks(REPO / "configs" / "quickstart.yaml"),
+                        plugins=[AtomicCheckpointIO()], default_root_dir=tmp_path, logger=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(_Declining(), data, data)
+    ckpts = {p.name: p for p in tmp_path.rglob("*.ckpt")}
+    assert set(ckpts) == {"best-epoch=0.ckpt", "last.ckpt"}
+    assert torch.load(ckpts["last.ckpt"], weights_only=False)["epoch"] == 2
+    assert torch.load(ckpts["best-epoch=0.ckpt"], weights_only=False)["epoch"] == 0
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_cli_trainer_writes_checkpoints_atomically(synthetic_cache: Path) -> None:
+    cli = NclCLI(RetrievalMethod, L.LightningDataModule, subclass_mode_model=True,
+                 subclass_mode_data=True, auto_configure_optimizers=False, run=False,
+                 args=["--config", str(REPO / "configs" / "quickstart.yaml"), *TINY,
+                       "--data.preset=tiny", "--data.n_train=null", f"--data.cache_dir={synthetic_cache}"])
+    assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+
+
+def test_every_training_config_keeps_a_last_checkpoint() -> None:
+    for config in sorted((REPO / "configs").glob("*.yaml")):
+        callbacks = yaml.safe_load(config.read_text()).get("trainer", {}).get("callbacks", [])
+        ckpts = [c.get("init_args", {}) for c in callbacks if c["class_path"].endswith("ModelCheckpoint")]
+        if not ckpts:
+            continue  # evaluation-only configs
+        assert any(c.get("monitor") == "val/rsum" for c in ckpts), config.name
+        assert any(c.get("monitor") is None and c.get("filename") == "last" for c in ckpts), config.name
+        assert not any(c.get("save_last") and c.get("monitor") for c in ckpts), config.name
