@@ -32,6 +32,9 @@ METHODS: dict[str, list[str]] = {
     "rcl": [],
     "triplet": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest"],
     "triplet_sum": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=sum"],
+    # "SGR*": summed negatives for the first 5 epochs, hardest negatives afterwards.
+    "triplet_warmup": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
+                       "--model.warmup_epochs=5"],
     "infonce": ["--model=ncl.methods.baselines.InfoNCE"],
     "clean": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
               "--model.clean_only=true"],

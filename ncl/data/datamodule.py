@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -20,6 +20,8 @@ from ncl.errors import ConfigError, DataError
 from ncl.io import atomic_save_npy, atomic_write_text
 
 Protocol = Literal["1k", "5fold1k", "5k"]
+# A method-supplied training loader: the (noisy) training pairs -> an iterable of batches.
+TrainPlan = Callable[[PairDataset], Iterable]
 DATA_HINT = ("see the README section 'Preparing the datasets' for where to download the "
              "precomputed features and vocabularies and how to lay them out")
 
@@ -81,6 +83,7 @@ class PrecompDataModule(L.LightningDataModule):
         self.val_data: PrecompSplit | None = None
         self.test_data: PrecompSplit | None = None
         self.noise: Noise | None = None
+        self._train_plan: TrainPlan | None = None
 
     # ----------------------------------------------------------------- properties
     @property
@@ -148,8 +151,20 @@ class PrecompDataModule(L.LightningDataModule):
             raise RuntimeError("call setup('fit') first")
         return PairDataset(self.train_split, self.noise.cap2img)
 
-    def train_dataloader(self) -> DataLoader:
+    def use_train_plan(self, plan: TrainPlan | None) -> None:
+        """Let a method build the training loader from the pairs (``None`` restores the default).
+
+        Methods whose batches depend on per-epoch state (NCR's co-divided labelled/unlabelled
+        plan) register ``plan(pairs) -> iterable of batches`` in their ``setup("fit")``; the
+        DataModule still owns the data. ``reload_dataloaders_every_n_epochs=1`` makes Lightning
+        ask again every epoch.
+        """
+        self._train_plan = plan
+
+    def train_dataloader(self) -> Iterable:
         pairs = self.train_pairs()
+        if self._train_plan is not None:
+            return self._train_plan(pairs)
         # A final batch of one sample would break BatchNorm in train mode (spec 7.2).
         drop_last = len(pairs) % self.batch_size == 1
         return self._loader(pairs, self.batch_size, shuffle=True, drop_last=drop_last)

@@ -13,8 +13,8 @@ labels ``w*1 + (1-w)*P`` (Eq. 8), unlabelled batches from the peer's noisy set w
 ``(P^A + P^B)/2``, each recast into soft margins (Eq. 11) of the hardest-negative triplet
 (Eq. 10). Test/validation average the two networks' similarity matrices (spec 4.2.9).
 
-The epoch's batches come from a plan built by this module (it installs its own
-``train_dataloader`` on the DataModule for the duration of ``fit``); see
+The epoch's batches come from a plan built by this module (registered with the DataModule's
+``use_train_plan`` for the duration of ``fit``); see
 ``docs/methods/ncr_lnc.md`` for how it matches the official labelled/unlabelled loaders and
 for the DDP design.
 """
@@ -38,7 +38,7 @@ from ncl.callbacks.diagnostics import DivisionDiagnostics
 from ncl.callbacks.distributed import average_gradients
 from ncl.callbacks.momentum import MomentumTargets
 from ncl.callbacks.sampling import PlanLoader, Step, StepDataset, cotrain_plan, warmup_plan
-from ncl.data.datasets import Batch
+from ncl.data.datasets import Batch, PairDataset
 from ncl.division import (
     CleanRule,
     PredictionForm,
@@ -193,17 +193,17 @@ class NCR(RetrievalMethod):
         if stage != "fit":
             return
         dm = getattr(self.trainer, "datamodule", None)
-        if dm is None or not hasattr(dm, "train_pairs"):
-            raise ConfigError("NCR/LNC needs an ncl DataModule (with train_pairs()); pass "
+        if dm is None or not hasattr(dm, "use_train_plan"):
+            raise ConfigError("NCR/LNC needs an ncl DataModule (with use_train_plan()); pass "
                               "data: class_path: ncl.data.datamodule.PrecompDataModule")
         # A new plan (and division) every epoch: the loader must be rebuilt every epoch.
         self.trainer.reload_dataloaders_every_n_epochs = 1
-        dm.train_dataloader = self.co_teaching_dataloader  # instance attribute, undone in teardown
+        dm.use_train_plan(self.co_teaching_dataloader)
 
     def teardown(self, stage: str) -> None:
         dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-        if dm is not None and "train_dataloader" in vars(dm):
-            del dm.train_dataloader
+        if dm is not None and hasattr(dm, "use_train_plan"):
+            dm.use_train_plan(None)
 
     # ------------------------------------------------------------------ schedule
     @property
@@ -230,11 +230,11 @@ class NCR(RetrievalMethod):
         self.log("train/lr_factor", factor, on_step=False, on_epoch=True, sync_dist=True)
 
     # ------------------------------------------------------------------ batch plan
-    def co_teaching_dataloader(self) -> PlanLoader:
-        """This epoch's loader: warm-up passes or the co-divided labelled/unlabelled plan."""
+    def co_teaching_dataloader(self, pairs: PairDataset) -> PlanLoader:
+        """This epoch's loader over ``pairs``: warm-up passes or the co-divided plan."""
         hp, trainer = self.hparams, self.trainer
         dm = trainer.datamodule
-        pairs, epoch = dm.train_pairs(), self.current_epoch
+        epoch = self.current_epoch
         where = dict(rank=trainer.global_rank, world=trainer.world_size)
         if self.in_warmup:
             pool = np.arange(len(pairs))

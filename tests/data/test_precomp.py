@@ -163,3 +163,13 @@ def test_datamodule_drops_a_final_batch_of_one(tiny_root: Path) -> None:
     dm = PrecompDataModule(str(tiny_root), "toy_precomp", batch_size=33)  # 100 = 3*33 + 1
     dm.setup("fit")
     assert all(len(b["index"]) == 33 for b in dm.train_dataloader())
+
+
+def test_datamodule_train_plan_hook(tiny_root: Path) -> None:
+    dm = PrecompDataModule(str(tiny_root), "toy_precomp", batch_size=10)
+    dm.setup("fit")
+    seen = []
+    dm.use_train_plan(lambda pairs: seen.append(len(pairs)) or ["planned batch"])
+    assert dm.train_dataloader() == ["planned batch"] and seen == [100]  # the noisy pairs
+    dm.use_train_plan(None)
+    assert len(list(dm.train_dataloader())) == 10  # the default shuffled loader again
