@@ -26,6 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
 
+WARMUP = 5  # warm-up epochs of SGR* and NCR/LNC
 # Method name -> CLI overrides on top of the quickstart config (same backbone, optimiser,
 # data; only the loss changes).
 METHODS: dict[str, list[str]] = {
@@ -34,8 +35,12 @@ METHODS: dict[str, list[str]] = {
     "triplet_sum": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=sum"],
     # "SGR*": summed negatives for the first 5 epochs, hardest negatives afterwards.
     "triplet_warmup": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
-                       "--model.warmup_epochs=5"],
+                       f"--model.warmup_epochs={WARMUP}"],
     "infonce": ["--model=ncl.methods.baselines.InfoNCE"],
+    # NCR / LNC co-teaching (two networks; the test row is their A+B ensemble), 5 warm-up epochs.
+    "ncr": ["--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={WARMUP}"],
+    "lnc": ["--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={WARMUP}",
+            "--model.momentum_regularization=true", "--model.noise_abandon=true"],
     "clean": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
               "--model.clean_only=true"],
     "clean_sum": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=sum",
@@ -58,15 +63,21 @@ def run_cell(method: str, noise: float, seed: int, epochs: int, noise_type: str,
     fit_seconds = time.time() - start
     metrics = max(run_root.rglob("metrics.csv"), key=lambda p: p.stat().st_mtime)  # this run's
     with open(metrics) as handle:
-        rsums = [float(r["val/rsum"]) for r in csv.DictReader(handle) if r.get("val/rsum")]
+        logged = list(csv.DictReader(handle))
+    rsums = [float(r["val/rsum"]) for r in logged if r.get("val/rsum")]
+    # Co-teaching: noise-detection F1 of each network's first division (right after warm-up).
+    # (LNC's noise abandon also divides during warm-up; those epochs are skipped.)
+    first_division = next((r for r in logged if r.get("division/A/f1") and int(r["epoch"]) >= WARMUP), {})
     best = max(run_root.rglob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
     subprocess.run([sys.executable, "-m", "ncl.cli", "test", *common, f"--ckpt_path={best}"],
                    check=True, env=env, capture_output=True, text=True)
     results = json.loads(max(run_root.rglob("test_results.json"), key=lambda p: p.stat().st_mtime).read_text())
-    test_rsum = next(iter(results.values()))["1k"]["rsum"]
+    test_rsum = list(results.values())[-1]["1k"]["rsum"]  # the last system is the ensemble
     return {"method": method + (f" [{' '.join(extra)}]" if extra else ""), "noise": noise, "seed": seed, "epochs": epochs,
             "best_val_rsum": max(rsums), "last_val_rsum": rsums[-1], "test_rsum": test_rsum,
-            "fit_seconds": round(fit_seconds, 1)}
+            "fit_seconds": round(fit_seconds, 1), "val_rsums": [round(v, 1) for v in rsums],
+            "f1_after_warmup": [round(float(first_division[f"division/{n}/f1"]), 3)
+                                for n in "AB" if first_division.get(f"division/{n}/f1")]}
 
 
 def table(rows: list[dict]) -> str:
