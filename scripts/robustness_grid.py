@@ -108,8 +108,9 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--out", type=Path, default=Path("runs/robustness_grid.csv"))
-    parser.add_argument("--extra", nargs="*", default=[],
-                        help="further CLI overrides for every cell, e.g. --extra=--model.optimizer.init_args.lr=2e-4")
+    parser.add_argument("--extra", action="append", default=[],
+                        help="a further CLI override for every cell, repeatable, e.g. "
+                             "--extra=--model.optimizer.init_args.lr=2e-4 --extra=--model.warmup_epochs=10")
     args = parser.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     work = args.out.parent / "grid_runs"
