@@ -305,26 +305,34 @@ def report_batch(args: argparse.Namespace, fwd: dict[str, dict],
 
 
 def report_eval(args: argparse.Namespace, results: dict[str, dict]) -> None:
-    """Print the measured fraction and its extrapolation to 1,000 x 5,000."""
+    """Print the measured evaluation and, for a fraction, its extrapolation to 1,000 x 5,000."""
     scale = FULL_IMAGES * FULL_CAPTIONS / (args.eval_images * args.eval_captions)
+    full = args.eval_images == FULL_IMAGES and args.eval_captions == FULL_CAPTIONS
     print(f"\n## Evaluation: MEASURED on {args.eval_images} images x {args.eval_captions} "
-          f"captions (shards of {args.shard}); EXTRAPOLATED to {FULL_IMAGES} x {FULL_CAPTIONS} "
-          f"(x{scale:g} pairs)")
-    print(f"{'strategy':<9} {'encode s':>9} {'similarity s':>13} {'peak MB':>8} | "
-          f"{'EXTRAP. encode s':>17} {'EXTRAP. similarity s':>21} {'EXTRAP. total min':>18}")
+          f"captions (shards of {args.shard})"
+          + ("" if full else f"; EXTRAPOLATED to {FULL_IMAGES} x {FULL_CAPTIONS} (x{scale:g} pairs)"))
+    header = f"{'strategy':<9} {'encode s':>9} {'similarity s':>13} {'peak MB':>8}"
+    print(header + ("" if full else f" | {'EXTRAP. encode s':>17} {'EXTRAP. similarity s':>21} "
+                                    f"{'EXTRAP. total min':>18}"))
     for name in args.strategies:
         r = results[name]
         enc = r["encode_images_s"] + r["encode_captions_s"]
-        enc_full = (r["encode_images_s"] * FULL_IMAGES / args.eval_images
-                    + r["encode_captions_s"] * FULL_CAPTIONS / args.eval_captions)
-        sim_full = r["similarity_s"] * scale
-        print(f"{name:<9} {enc:>9.2f} {r['similarity_s']:>13.2f} {r['peak_mb']:>8.0f} | "
-              f"{enc_full:>17.1f} {sim_full:>21.0f} {(enc_full + sim_full) / 60:>18.1f}")
+        row = f"{name:<9} {enc:>9.2f} {r['similarity_s']:>13.2f} {r['peak_mb']:>8.0f}"
+        if not full:
+            enc_full = (r["encode_images_s"] * FULL_IMAGES / args.eval_images
+                        + r["encode_captions_s"] * FULL_CAPTIONS / args.eval_captions)
+            sim_full = r["similarity_s"] * scale
+            row += f" | {enc_full:>17.1f} {sim_full:>21.0f} {(enc_full + sim_full) / 60:>18.1f}"
+        print(row)
     stored = (FULL_IMAGES * 36 * 1024 + FULL_CAPTIONS * args.max_len * 1024
               + FULL_IMAGES * FULL_CAPTIONS) * 4 / 2**20
-    print(f"EXTRAPOLATED memory for {FULL_IMAGES} x {FULL_CAPTIONS}: the per-shard working set "
-          f"does not grow with the totals; the stored float32 embeddings and score matrix "
-          f"take {stored:.0f} MB (computed, not measured) instead of the fraction's.")
+    if full:
+        print(f"Peak MB includes the stored float32 embeddings and the score matrix (about "
+              f"{stored:.0f} MB by their sizes) and the per-shard working set.")
+    else:
+        print(f"EXTRAPOLATED memory for {FULL_IMAGES} x {FULL_CAPTIONS}: the per-shard working set "
+              f"does not grow with the totals; the stored float32 embeddings and score matrix "
+              f"take {stored:.0f} MB (computed, not measured) instead of the fraction's.")
 
 
 def main(argv: list[str] | None = None) -> None:
