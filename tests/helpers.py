@@ -22,3 +22,9 @@ def write_vocab(path: Path, words: list[str]) -> None:
     from ncl.data.vocab import SPECIAL_TOKENS, Vocabulary
 
     Vocabulary((*SPECIAL_TOKENS, *words)).to_json(path)
+
+
+# CLI overrides that shrink the quickstart backbone to the ``tiny`` synthetic preset's sizes.
+TINY_BACKBONE_ARGS = ["--model.backbone.init_args.img_dim=16", "--model.backbone.init_args.num_regions=6",
+                      "--model.backbone.init_args.word_dim=8", "--model.backbone.init_args.embed_size=16",
+                      "--model.backbone.init_args.sim_dim=8"]

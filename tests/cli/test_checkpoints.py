@@ -11,14 +11,13 @@ import torch
 import yaml
 from torch.utils.data import DataLoader, TensorDataset
 
+from helpers import TINY_BACKBONE_ARGS
 from ncl.checkpoint_io import AtomicCheckpointIO
 from ncl.cli import NclCLI
 from ncl.methods.base import RetrievalMethod
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = ["--model.backbone.init_args.img_dim=16", "--model.backbone.init_args.num_regions=6",
-        "--model.backbone.init_args.word_dim=8", "--model.backbone.init_args.embed_size=16",
-        "--model.backbone.init_args.sim_dim=8"]
+TINY = TINY_BACKBONE_ARGS
 
 
 def test_atomic_write_keeps_previous_checkpoint_on_failure(tmp_path: Path, monkeypatch) -> None:

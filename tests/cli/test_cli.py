@@ -13,12 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import write_split
+from helpers import TINY_BACKBONE_ARGS, write_split
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = ["--model.backbone.init_args.img_dim=16", "--model.backbone.init_args.num_regions=6",
-        "--model.backbone.init_args.word_dim=8", "--model.backbone.init_args.embed_size=16",
-        "--model.backbone.init_args.sim_dim=8"]
+TINY = TINY_BACKBONE_ARGS
 
 
 def ncl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
