@@ -77,7 +77,9 @@ def report(net: SGRAF, batch: dict, sims: torch.Tensor, loss: torch.Tensor, grad
     off_diag = ~torch.eye(len(sims), dtype=torch.bool)
     img = net.encode_images(batch["images"])
     cap = net.encode_captions(batch["tokens"], batch["lengths"])
-    logits = net.similarity_logits(img, cap, batch["lengths"])
+    # From the training step's own forward pass: no second similarity pass (which would also
+    # move SAF's BatchNorm statistics).
+    logits = torch.logit(sims.detach().double()).float()
     vec = head_input["vec"].reshape(-1, head_input["vec"].shape[-1])
     top1 = (sims.argmax(1) == torch.arange(len(sims))).float().mean()
     head = net.sim_enc.sim_eval_w
