@@ -54,6 +54,10 @@ Paper versus official NCR code (spec 4.2.7, 9.1-9.2), as switches a method shoul
 7. Noisy-subset margin column (loss-level, not here): the code's (B, 1) label column
    indexes the text-to-image hinge by the negative image instead of the anchor caption.
 
+CRCL's Self-refining Correspondence Correction (CRCL Eq. 10-12, spec 4.4.2) lives in
+:mod:`ncl.division.correction` (:func:`correct_labels` with ``rule: Literal["paper",
+"official", "prediction"]``); see ``docs/methods/crcl.md``.
+
 Edge cases where this package deliberately differs from the code (no switch):
 
 * all losses equal: :func:`minmax_normalize` returns zeros and
@@ -64,6 +68,14 @@ Edge cases where this package deliberately differs from the code (no switch):
 """
 
 from ncl.division.abandon import doubly_noisy_mask, noise_abandon_mask
+from ncl.division.correction import (
+    CorrectedLabels,
+    CorrectionRule,
+    correct_labels,
+    filter_confident_noise,
+    initial_correspondence_labels,
+    momentum_correction,
+)
 from ncl.division.gmm import gmm_clean_probability, minmax_normalize
 from ncl.division.momentum import initial_momentum_targets, momentum_regularizer, momentum_update
 from ncl.division.prediction import (
@@ -81,14 +93,20 @@ from ncl.division.split import CleanRule, OnEmptyClean, partition_indices, split
 
 __all__ = [
     "CleanRule",
+    "CorrectedLabels",
+    "CorrectionRule",
     "OnEmptyClean",
     "PredictionForm",
+    "correct_labels",
     "doubly_noisy_mask",
+    "filter_confident_noise",
     "gmm_clean_probability",
+    "initial_correspondence_labels",
     "initial_momentum_targets",
     "memorization_prediction",
     "memorization_prediction_from_loss",
     "minmax_normalize",
+    "momentum_correction",
     "momentum_regularizer",
     "momentum_update",
     "noise_abandon_mask",

@@ -6,6 +6,15 @@ docstring says the official code does.
 """
 
 from ncl.losses.contrastive import infonce_loss, log_matching_probabilities
+from ncl.losses.crcl import (
+    OFFICIAL_COMPLEMENTARY_WEIGHT,
+    ACLTerms,
+    AclForm,
+    active_complementary_loss,
+    active_complementary_terms,
+    average_matching_probability,
+    robust_complementary_loss,
+)
 from ncl.losses.rcl import (
     RCL_ABLATION_REDUCTION,
     AblationVariant,
@@ -28,12 +37,18 @@ from ncl.losses.triplet import (
 )
 
 __all__ = [
+    "OFFICIAL_COMPLEMENTARY_WEIGHT",
     "RCL_ABLATION_REDUCTION",
+    "ACLTerms",
+    "AclForm",
     "AblationVariant",
     "ComplementaryKind",
     "Negatives",
     "RecastKind",
     "SoftMarginMode",
+    "active_complementary_loss",
+    "active_complementary_terms",
+    "average_matching_probability",
     "complementary_contrastive_loss",
     "hinge_matrices",
     "infonce_loss",
@@ -41,6 +56,7 @@ __all__ = [
     "matching_probabilities",
     "num_negatives_from_ratio",
     "rcl_ablation_loss",
+    "robust_complementary_loss",
     "sample_negatives",
     "single_negative_loss",
     "soft_margin",
