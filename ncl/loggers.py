@@ -1,14 +1,33 @@
-"""Weights & Biases logging that works on machines without credentials or network."""
+"""Loggers that keep one folder per run and continue it when the run is resumed.
+
+* :class:`NclCSVLogger` - Lightning's CSV logger (``metrics.csv``, ``hparams.yaml``) that,
+  when resuming into its run folder, appends to the metrics file instead of deleting it.
+* :class:`NclWandbLogger` - Weights & Biases, online with credentials and offline without;
+  the run id is kept in the run folder so that a resumed run continues the same W&B run.
+
+:mod:`ncl.runs` says where run folders live and how ``--ckpt_path last`` finds them.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
 import netrc
 import os
+import secrets
+import string
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+from lightning.pytorch.utilities import rank_zero_only
+
+from ncl.io import atomic_write_text
+
+WANDB_ID_FILE = "wandb_run_id"
 
 
 def wandb_credentials_available() -> bool:
@@ -22,30 +41,114 @@ def wandb_credentials_available() -> bool:
     return any(auth.authenticators(h) for h in ("api.wandb.ai", "wandb.ai"))
 
 
+class _ResumingWriter(ExperimentWriter):
+    """CSV writer that keeps an existing ``metrics.csv``: rows of epochs up to
+    ``resume_epoch`` (those the checkpoint includes) stay, later rows (an interrupted
+    epoch that is about to run again) are dropped, and new rows are appended."""
+
+    def __init__(self, log_dir: str, resume_epoch: int) -> None:
+        self.resume_epoch = resume_epoch
+        super().__init__(log_dir=log_dir)
+
+    def _check_log_dir_exists(self) -> None:  # called by the parent's __init__
+        path = Path(self.metrics_file_path)
+        if not path.is_file():
+            return
+        with open(path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            header, rows = list(reader.fieldnames or []), list(reader)
+        kept = [r for r in rows if not r.get("epoch") or int(float(r["epoch"])) <= self.resume_epoch]
+        self.metrics_keys = header
+        if len(kept) != len(rows):
+            out = io.StringIO()
+            writer = csv.DictWriter(out, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(kept)
+            atomic_write_text(path, out.getvalue())
+
+
+class NclCSVLogger(CSVLogger):
+    """Lightning's ``CSVLogger`` that can continue a run folder.
+
+    Args:
+        save_dir, name, version, prefix, flush_logs_every_n_steps: as ``CSVLogger``
+            (run folders ``<save_dir>/<name>/version_N``).
+        run_dir: write into this existing run folder instead (set by ``ncl`` on resume).
+        resume_epoch: with ``run_dir``: the last epoch the resumed checkpoint holds; metrics
+            rows of later epochs are dropped before new ones are appended.
+    """
+
+    def __init__(self, save_dir: str = ".", name: str = "lightning_logs",
+                 version: int | str | None = None, prefix: str = "",
+                 flush_logs_every_n_steps: int = 100, run_dir: str | None = None,
+                 resume_epoch: int | None = None) -> None:
+        if run_dir is not None:
+            folder = Path(run_dir)
+            save_dir, name, version = str(folder.parent), "", folder.name
+        super().__init__(save_dir=save_dir, name=name, version=version, prefix=prefix,
+                         flush_logs_every_n_steps=flush_logs_every_n_steps)
+        self._resume_epoch = resume_epoch if run_dir is not None else None
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None and self._resume_epoch is not None:
+            self._fs.makedirs(self.log_dir, exist_ok=True)
+            self._experiment = _ResumingWriter(self.log_dir, self._resume_epoch)
+        return super().experiment
+
+
 class NclWandbLogger(WandbLogger):
     """``WandbLogger`` that runs offline automatically when there are no credentials.
 
     Args:
         project: W&B project.
-        name: run name (default: W&B's).
-        save_dir: parent of the run directories: each run writes its config, noise indices,
-            checkpoints, results and ``wandb/`` into ``<save_dir>/<project>/<time>-<name>``.
+        name: run name (default: W&B's); also names the folder of this config's runs.
+        save_dir: parent of the run folders: each run writes its config, noise indices,
+            checkpoints, results and ``wandb/`` into ``<save_dir>/<project>/<name>/<time>-<pid>``
+            (``<name>`` is ``run`` when no name is given).
         mode: ``auto`` (online with credentials, else offline), ``online``, ``offline`` or
             ``disabled``. ``WANDB_MODE`` in the environment wins, as in wandb itself.
         log_model: upload checkpoints as artifacts (online only).
         tags: run tags.
+        run_dir: continue this existing run folder and its W&B run (set by ``ncl`` on resume).
+        resume_epoch: with ``run_dir``: the last epoch the resumed checkpoint holds
+            (informational; W&B keeps the run's history).
     """
 
     def __init__(self, project: str = "ncl", name: str | None = None, save_dir: str = "runs",
                  mode: Literal["auto", "online", "offline", "disabled"] = "auto",
-                 log_model: bool = False, tags: list[str] | None = None) -> None:
+                 log_model: bool = False, tags: list[str] | None = None,
+                 run_dir: str | None = None, resume_epoch: int | None = None) -> None:
         env_mode = os.environ.get("WANDB_MODE")
         if env_mode:
             mode = env_mode  # type: ignore[assignment]
         elif mode == "auto":
             mode = "online" if wandb_credentials_available() else "offline"
-        stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
-        run_dir = Path(save_dir) / project / (f"{stamp}-{name}" if name else stamp)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        super().__init__(project=project, name=name, save_dir=str(run_dir), log_model=log_model,
-                         offline=mode == "offline", mode=mode, tags=tags)
+        if run_dir is None:
+            stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+            folder = Path(save_dir) / project / (name or "run") / stamp
+        else:
+            folder = Path(run_dir)
+        run_id = _run_id(folder)
+        extra: dict[str, Any] = {"resume": "allow"} if run_dir is not None else {}
+        super().__init__(project=project, name=name, save_dir=str(folder), log_model=log_model,
+                         offline=mode == "offline", mode=mode, tags=tags, id=run_id, **extra)
+        self.resume_epoch = resume_epoch
+
+
+def _run_id(folder: Path) -> str:
+    """The W&B run id kept in ``folder`` (created, with the folder, on the first call).
+
+    Only rank 0 writes; other DDP ranks never start a W&B run and get a throw-away id.
+    """
+    path = folder / WANDB_ID_FILE
+    if path.is_file():
+        return path.read_text().strip()
+    # W&B accepts any id of letters and digits; its own generator is not public API.
+    alphabet = string.ascii_lowercase + string.digits
+    run_id = "".join(secrets.choice(alphabet) for _ in range(12))
+    if rank_zero_only.rank == 0:
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, run_id + "\n")
+    return run_id

@@ -222,6 +222,7 @@ class NCR(RetrievalMethod):
         return self.current_epoch - self.hparams.warmup_epochs >= start
 
     def on_train_epoch_start(self) -> None:
+        super().on_train_epoch_start()
         hp = self.hparams
         factor = lr_factor(self.current_epoch, hp.warmup_epochs, hp.lr_update)
         for opt in self.optimizers():

@@ -19,6 +19,7 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor
 
+from ncl.data.samplers import METHOD_STREAM, epoch_seed
 from ncl.losses import RCL_ABLATION_REDUCTION, complementary_contrastive_loss, rcl_ablation_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 
@@ -58,11 +59,20 @@ class RCL(RetrievalMethod):
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
         self._generator: torch.Generator | None = None
 
+    def on_train_epoch_start(self) -> None:
+        super().on_train_epoch_start()
+        self._generator = None  # re-created from (seed, epoch, rank): exact after a resume
+
     def generator(self, device: torch.device) -> torch.Generator:
-        """A per-rank generator for random negatives, created on the batch's device."""
+        """The per-rank generator of random negatives for this epoch, on the batch's device.
+
+        Seeded from ``(seed, epoch, rank)`` at the epoch's first draw, so that an epoch draws
+        the same negatives in a resumed run as in an uninterrupted one.
+        """
         if self._generator is None or self._generator.device != device:
             self._generator = torch.Generator(device=device)
-            self._generator.manual_seed(self.hparams.seed + self.global_rank)
+            self._generator.manual_seed(epoch_seed(self.hparams.seed, self.current_epoch,
+                                                   METHOD_STREAM, self.global_rank))
         return self._generator
 
     def rcl_loss(self, sims: Tensor) -> Tensor:

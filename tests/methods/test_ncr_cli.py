@@ -56,9 +56,10 @@ def test_ncr_fit_resume_exactly_and_test(tmp_path: Path, synthetic_cache: Path) 
     config = write_config(tmp_path, synthetic_cache, {"unlabelled_start": 1})
     main(["fit", "--config", str(config)])  # version_0: 3 epochs straight
     main(["fit", "--config", str(config), "--trainer.max_epochs=2"])  # version_1
-    main(["fit", "--config", str(config), f"--ckpt_path={last_ckpt(tmp_path, 1)}"])  # version_2
+    main(["fit", "--config", str(config), f"--ckpt_path={last_ckpt(tmp_path, 1)}"])  # version_1 again
+    assert not last_ckpt(tmp_path, 2).parent.exists()  # a resume continues its run folder
     straight = torch.load(last_ckpt(tmp_path, 0), weights_only=False)
-    resumed = torch.load(last_ckpt(tmp_path, 2), weights_only=False)
+    resumed = torch.load(last_ckpt(tmp_path, 1), weights_only=False)
     assert straight["epoch"] == resumed["epoch"] == 2
     for key, value in straight["state_dict"].items():
         assert torch.equal(value, resumed["state_dict"][key]), key
@@ -73,7 +74,7 @@ def test_ncr_fit_resume_exactly_and_test(tmp_path: Path, synthetic_cache: Path) 
     assert [r["epoch"] for r in rows if r.get("train/A/loss_unlabelled_epoch")] == ["2"]
     assert any(r.get("division/A/f1") for r in rows) and any(r.get("val_B/rsum") for r in rows)
 
-    main(["test", "--config", str(config), f"--ckpt_path={last_ckpt(tmp_path, 2)}"])
+    main(["test", "--config", str(config), f"--ckpt_path={last_ckpt(tmp_path, 1)}"])
     results = json.loads(next(tmp_path.rglob("test_results.json")).read_text())
     assert {"A", "B", "A+B"} <= set(results)
 
@@ -107,8 +108,8 @@ def test_two_cpu_processes_fit_resume_test(tmp_path: Path, synthetic_cache: Path
     assert (tmp_path / "sync_ok_world2").is_file()
     ckpt = torch.load(last_ckpt(tmp_path, 0), weights_only=False)
     assert ckpt["callbacks"]["CoDivide"]["division"]["epoch"] == 1
-    main(["fit", "--config", str(config), f"--ckpt_path={last_ckpt(tmp_path, 0)}"])
-    assert torch.load(last_ckpt(tmp_path, 1), weights_only=False)["epoch"] == 2
+    main(["fit", "--config", str(config), "--ckpt_path=last"])  # continues version_0
+    assert torch.load(last_ckpt(tmp_path, 0), weights_only=False)["epoch"] == 2
     main(["test", "--config", str(config), "--trainer.devices=1", "--trainer.strategy=auto",
-          f"--ckpt_path={last_ckpt(tmp_path, 1)}"])
+          "--ckpt_path=best"])
     assert list(tmp_path.rglob("test_results.json"))
