@@ -5,8 +5,8 @@
 * :class:`MomentumTargets` - LNC's per-sample momentum targets (Eq. 5), checkpointed.
 * :class:`DivisionDiagnostics` - division sizes, noise-detection P/R/F1, loss-histogram figure.
 
-Helpers: :mod:`ncl.callbacks.sampling` (per-epoch co-teaching batch plans) and
-:mod:`ncl.callbacks.distributed` (gather by sample index, broadcast, gradient average).
+Helpers: :mod:`ncl.training.plans` (per-epoch co-teaching batch plans) and
+:mod:`ncl.training.distributed` (gather by sample index, broadcast, gradient average).
 """
 
 from ncl.callbacks.co_divide import CoDivide, Division

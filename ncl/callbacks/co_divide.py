@@ -10,8 +10,7 @@ probabilities are then broadcast so that every rank holds bit-identical division
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +20,9 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
-from ncl.callbacks.distributed import broadcast_, gather_by_index
-from ncl.callbacks.sampling import IndexBatches, division_batches, iterate
+from ncl.training.distributed import broadcast_
+from ncl.training.passes import PerSampleFn, eval_mode, local_values, per_sample_pass
+from ncl.training.plans import division_batches
 from ncl.division import (
     CleanRule,
     gmm_clean_probability,
@@ -55,45 +55,25 @@ class Division:
                 "clean": self.clean, "keep": self.keep}
 
 
-@contextmanager
-def eval_mode(*modules: nn.Module) -> Iterator[None]:
-    """Put ``modules`` in eval mode and restore each submodule's previous mode afterwards."""
-    saved = [[(m, m.training) for m in module.modules()] for module in modules]
-    try:
-        for module in modules:
-            module.eval()
-        yield
-    finally:
-        for pairs in saved:
-            for m, mode in pairs:
-                m.training = mode
-
-
-def _to_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:
-    return {k: v.to(device) for k, v in batch.items()}
+def mean_hinge(margin: float) -> PerSampleFn:
+    """NCR's per-sample "eval_loss" (spec 4.2.1, 4.2.4) as a per-sample function:
+    ``l_i = mean_j C_s[i, j] + mean_r C_im[r, i]`` over the whole batch, zero diagonal included."""
+    def fn(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        sims = net(batch["images"], batch["tokens"], batch["lengths"])  # (B, B)
+        return triplet_loss(sims.float(), margin=margin, negatives="mean")  # (B,)
+    return fn
 
 
 @torch.no_grad()
 def local_losses(net: nn.Module, pairs: Dataset, batches: Sequence[np.ndarray],
                  device: torch.device, margin: float = 0.2, num_workers: int = 0) -> tuple[Tensor, Tensor]:
-    """Per-sample "eval_loss" of ``net`` over the given batches (spec 4.2.1, 4.2.4).
-
-    ``l_i = mean_j C_s[i, j] + mean_r C_im[r, i]`` with margin ``margin``, means over the
-    whole batch including the zero diagonal. ``net`` must already be in eval mode.
+    """Per-sample mean hinge of ``net`` (eval mode) over the given batches.
 
     Returns:
         ``(index, loss)``: ``(n,)`` int64 dataset indices and ``(n,)`` float32 losses, on
         ``device``.
     """
-    index, loss = [], []
-    for batch in iterate(IndexBatches(pairs, batches), num_workers):
-        batch = _to_device(batch, device)
-        sims = net(batch["images"], batch["tokens"], batch["lengths"])  # (B, B)
-        loss.append(triplet_loss(sims.float(), margin=margin, negatives="mean"))
-        index.append(batch["index"])
-    if not index:
-        return torch.zeros(0, dtype=torch.long, device=device), torch.zeros(0, device=device)
-    return torch.cat(index), torch.cat(loss)
+    return local_values(net, pairs, batches, mean_hinge(margin), device, num_workers)
 
 
 def division_losses(nets: Sequence[nn.Module], pairs: Dataset, batch_size: int, seed: int,
@@ -103,7 +83,7 @@ def division_losses(nets: Sequence[nn.Module], pairs: Dataset, batch_size: int, 
 
     Each network gets its own shuffle (the official code iterates its shuffled loader once
     per network). Batches are formed globally and dealt whole to ranks, so the result is the
-    same for any number of processes (:func:`ncl.callbacks.sampling.division_batches`).
+    same for any number of processes (:func:`ncl.training.plans.division_batches`).
 
     Args:
         nets: the networks (their train/eval modes are restored afterwards).
@@ -120,13 +100,9 @@ def division_losses(nets: Sequence[nn.Module], pairs: Dataset, batch_size: int, 
         ``(K, N)`` float32 on ``device``, identical on every rank.
     """
     n = len(pairs)
-    rows = []
-    with eval_mode(*nets):
-        for k, net in enumerate(nets):
-            batches = division_batches(n, batch_size, seed, epoch, k, shuffle, rank, world)
-            index, loss = local_losses(net, pairs, batches, device, margin, num_workers)
-            rows.append(gather_by_index(index, loss, n))
-    return torch.stack(rows)
+    batches = [division_batches(n, batch_size, seed, epoch, k, shuffle, rank, world)
+               for k in range(len(nets))]
+    return per_sample_pass(nets, pairs, batches, mean_hinge(margin), device, num_workers)
 
 
 def divide(losses: Tensor, threshold: float = 0.5, clean_rule: CleanRule = "greater",

@@ -14,15 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
-import torch
 from torch import Tensor
 
-from ncl.callbacks.distributed import all_gather_rows
-from ncl.division import initial_momentum_targets, momentum_update
+from ncl.division import momentum_update
+from ncl.training.state import PerSampleState
 
 
 class MomentumTargets(L.Callback):
-    """Per-sample momentum targets of each network (LNC Eq. 5).
+    """Per-sample momentum targets of each network (LNC Eq. 5), in a
+    :class:`~ncl.training.state.PerSampleState` (``gamma^0 = 1``).
 
     Args:
         momentum: beta in [0, 1] (the paper gives no value).
@@ -35,21 +35,26 @@ class MomentumTargets(L.Callback):
         if num_networks < 1:
             raise ValueError(f"num_networks must be >= 1, got {num_networks}")
         self.momentum, self.num_networks = momentum, num_networks
-        self.gamma: Tensor | None = None  # (K, N) float32 on CPU
+        self.table = PerSampleState(num_networks, fill=1.0)
+
+    @property
+    def gamma(self) -> Tensor | None:
+        """``(K, N)`` float32 targets on the CPU (``None`` before setup)."""
+        return self.table.values
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage == "fit" and self.gamma is None:
+        if stage == "fit" and not self.table.ready:
             self.reset(len(trainer.datamodule.train_pairs()))
 
     def reset(self, num_samples: int) -> None:
         """``gamma^0 = 1`` for every pair and network."""
-        self.gamma = initial_momentum_targets(num_samples).repeat(self.num_networks, 1)
+        self.table.reset(num_samples)
 
     def targets(self, net: int, index: Tensor) -> Tensor:
         """``(B,)`` current targets of network ``net`` for dataset indices ``index``."""
-        if self.gamma is None:
+        if not self.table.ready:
             raise RuntimeError("MomentumTargets used before setup (no training set size yet)")
-        return self.gamma[net, index.cpu()].to(index.device)
+        return self.table.get(net, index)
 
     def update(self, net: int, index: Tensor, predictions: Tensor) -> None:
         """Apply Eq. 5 to this step's samples on every rank (all-gathered by index).
@@ -59,33 +64,11 @@ class MomentumTargets(L.Callback):
             index: ``(B,)`` dataset indices of the batch.
             predictions: ``(B,)`` the network's predictions P of the batch (detached here).
         """
-        index, predictions = all_gather_rows(index.long(), predictions.detach().float())
-        index, predictions = index.cpu(), predictions.cpu()
-        # In rank order, a sample repeated by the distributed padding moves once per copy,
-        # identically on every rank.
-        for rows in _unique_runs(index):
-            old = self.gamma[net, index[rows]]
-            self.gamma[net, index[rows]] = momentum_update(old, predictions[rows], self.momentum)
+        self.table.scatter(net, index, predictions.float(),
+                           lambda old, new: momentum_update(old, new, self.momentum))
 
     def state_dict(self) -> dict[str, Any]:
         return {"gamma": self.gamma, "momentum": self.momentum}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.gamma = state_dict["gamma"]
-
-
-def _unique_runs(index: Tensor) -> list[Tensor]:
-    """Split positions into groups without repeated indices, preserving order.
-
-    A plain ``gamma[idx] = f(gamma[idx])`` with a repeated index applies the update once
-    (last write wins); splitting at repeats applies it once per occurrence, in order.
-    """
-    groups: list[list[int]] = [[]]
-    seen: set[int] = set()
-    for pos, i in enumerate(index.tolist()):
-        if i in seen:
-            groups.append([])
-            seen = set()
-        groups[-1].append(pos)
-        seen.add(i)
-    return [torch.tensor(g, dtype=torch.long) for g in groups if g]
+        self.table.load_state_dict({"values": state_dict["gamma"]})

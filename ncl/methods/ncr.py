@@ -33,11 +33,12 @@ from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from ncl.callbacks.co_divide import CoDivide, eval_mode
+from ncl.callbacks.co_divide import CoDivide
 from ncl.callbacks.diagnostics import DivisionDiagnostics
-from ncl.callbacks.distributed import average_gradients
+from ncl.training.distributed import average_gradients
 from ncl.callbacks.momentum import MomentumTargets
-from ncl.callbacks.sampling import PlanLoader, Step, StepDataset, cotrain_plan, warmup_plan
+from ncl.training.passes import eval_mode
+from ncl.training.plans import PlanLoader, Step, StepDataset, cotrain_plan, warmup_plan
 from ncl.data.datasets import Batch, PairDataset
 from ncl.division import (
     CleanRule,

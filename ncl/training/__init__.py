@@ -1,9 +1,16 @@
 """Machinery that stateful methods share, as plain Python (no Lightning here).
 
+* :class:`PerSampleState` (:mod:`ncl.training.state`) - a per-sample table read by index,
+  written after an all-gather, identical on every rank, checkpointed.
+* :func:`per_sample_pass` (:mod:`ncl.training.passes`) - any per-sample quantity over the whole
+  training set in eval mode, sharded over ranks and gathered by index.
+* :mod:`ncl.training.plans` - per-epoch batch plans of co-teaching (NCR/LNC), seeded by epoch.
+* :mod:`ncl.training.distributed` - gather by sample index, broadcast, gradient average.
 * :class:`PieceSchedule` - CRCL's self-refining pieces (Algorithm 1, spec 4.4.3): global epoch
   -> (piece, epoch in piece), total epochs, piece boundaries.
 """
 
+from ncl.training.passes import per_sample_pass
 from ncl.training.pieces import (
     OFFICIAL_SCHEDULES,
     OFFICIAL_SCHEDULES_TRAIN_SH,
@@ -11,6 +18,7 @@ from ncl.training.pieces import (
     PieceLocation,
     PieceSchedule,
 )
+from ncl.training.state import PerSampleState
 
 __all__ = [
     "OFFICIAL_SCHEDULES",
@@ -18,4 +26,6 @@ __all__ = [
     "OFFICIAL_WARM_EPOCH",
     "PieceLocation",
     "PieceSchedule",
+    "PerSampleState",
+    "per_sample_pass",
 ]

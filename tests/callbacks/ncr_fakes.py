@@ -89,7 +89,7 @@ def ddp_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     import torch.distributed as dist
 
     from ncl.callbacks.co_divide import divide, division_losses
-    from ncl.callbacks.distributed import average_gradients
+    from ncl.training.distributed import average_gradients
     from ncl.callbacks.momentum import MomentumTargets
 
     torch.set_num_threads(1)

@@ -8,7 +8,7 @@ import torch
 from callbacks.ncr_fakes import BilinearNet, FakePairs, bimodal_losses, naive_mean_hinge
 
 from ncl.callbacks.co_divide import CoDivide, Division, divide, division_losses, eval_mode, local_losses
-from ncl.callbacks.sampling import division_batches
+from ncl.training.plans import division_batches
 from ncl.division import gmm_clean_probability, split_by_probability
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ncl.callbacks.momentum import MomentumTargets, _unique_runs
+from ncl.callbacks.momentum import MomentumTargets
+from ncl.training.state import unique_runs as _unique_runs
 
 
 def test_targets_start_at_one_and_follow_eq5() -> None:

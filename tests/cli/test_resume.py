@@ -27,6 +27,8 @@ METHODS = {
     "triplet_warmup": {"class_path": "ncl.methods.baselines.Triplet",
                        "init_args": {"warmup_epochs": 1, "negatives": "hardest"}},
     "infonce_clean": {"class_path": "ncl.methods.baselines.InfoNCE", "init_args": {"clean_only": True}},
+    # co-teaching with dropout on: its plans are seeded per epoch, dropout by the base class
+    "ncr": {"class_path": "ncl.methods.ncr.NCR", "init_args": {"warmup_epochs": 1, "unlabelled_start": 0}},
 }
 STEPS_PER_EPOCH = 4
 
@@ -75,7 +77,7 @@ def val_rsum(folder: Path) -> dict[int, float]:
 def checkpoint_state(folder: Path) -> tuple[dict, dict]:
     ckpt = torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False)
     best = {k: v for k, v in ckpt["callbacks"].items() if "val/rsum" in k}
-    return ckpt["state_dict"], next(iter(best.values()))
+    return ckpt, next(iter(best.values()))
 
 
 def kill_during_second_epoch(config: Path, cwd: Path) -> subprocess.CompletedProcess:
@@ -104,10 +106,13 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path: Path, synthetic_cache: P
 
     assert val_rsum(folder) == val_rsum(straight)
     assert sorted(val_rsum(folder)) == [0, 1, 2]
-    weights_a, best_a = checkpoint_state(straight)
-    weights_b, best_b = checkpoint_state(folder)
-    for key, value in weights_a.items():
-        assert torch.equal(value, weights_b[key]), key
+    ckpt_a, best_a = checkpoint_state(straight)
+    ckpt_b, best_b = checkpoint_state(folder)
+    for key, value in ckpt_a["state_dict"].items():
+        assert torch.equal(value, ckpt_b["state_dict"][key]), key
+    if "CoDivide" in ckpt_a["callbacks"]:  # per-sample state of co-teaching
+        assert torch.equal(ckpt_a["callbacks"]["CoDivide"]["division"]["prob"],
+                           ckpt_b["callbacks"]["CoDivide"]["division"]["prob"])
     # best-checkpoint tracking survived the resume: same best score, same file name
     assert best_a["best_model_score"] == best_b["best_model_score"]
     assert Path(best_a["best_model_path"]).name == Path(best_b["best_model_path"]).name

@@ -1,4 +1,4 @@
-"""Batch plans of co-teaching (ncl.callbacks.sampling; spec 4.2.3, 4.2.5)."""
+"""Batch plans of co-teaching (ncl.training.plans; spec 4.2.3, 4.2.5)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from callbacks.ncr_fakes import FakePairs
 from torch.utils.data.distributed import DistributedSampler
 
-from ncl.callbacks.sampling import (
+from ncl.training.plans import (
     PlanLoader,
     Step,
     StepDataset,

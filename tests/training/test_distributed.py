@@ -1,4 +1,4 @@
-"""Per-sample state under DDP: two gloo processes versus one (ncl.callbacks.distributed)."""
+"""Per-sample state under DDP: two gloo processes versus one (ncl.training.distributed)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 from callbacks.ncr_fakes import SgrafPairs, ddp_worker, tiny_sgraf
 
 from ncl.callbacks.co_divide import divide, division_losses
-from ncl.callbacks.distributed import all_gather_rows, broadcast_, gather_by_index
+from ncl.training.distributed import all_gather_rows, broadcast_, gather_by_index
 
 
 def test_single_process_helpers() -> None:

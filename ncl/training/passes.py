@@ -1,0 +1,83 @@
+"""A per-sample pass: one value (or row) per training pair, computed in eval mode without
+gradients over the whole training set, sharded over ranks and gathered by sample index.
+
+NCR/LNC's co-divide feeds it the mean hinge of each pair (spec 4.2.4); CRCL and ReCon plug
+in their own per-sample quantity the same way: a function ``(net, batch) -> (B, ...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.utils.data import Dataset
+
+from ncl.training.distributed import gather_by_index
+from ncl.training.plans import IndexBatches, iterate
+
+# (net, batch on device) -> (B, ...) per-sample values, in the batch's order.
+PerSampleFn = Callable[[nn.Module, dict[str, Tensor]], Tensor]
+
+
+@contextmanager
+def eval_mode(*modules: nn.Module) -> Iterator[None]:
+    """Put ``modules`` in eval mode and restore each submodule's previous mode afterwards."""
+    saved = [[(m, m.training) for m in module.modules()] for module in modules]
+    try:
+        for module in modules:
+            module.eval()
+        yield
+    finally:
+        for pairs in saved:
+            for m, mode in pairs:
+                m.training = mode
+
+
+def to_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+@torch.no_grad()
+def local_values(net: nn.Module, pairs: Dataset, batches: Sequence[np.ndarray], fn: PerSampleFn,
+                 device: torch.device, num_workers: int = 0) -> tuple[Tensor, Tensor]:
+    """``fn`` over this rank's batches of ``pairs``; ``net`` must already be in eval mode.
+
+    Returns:
+        ``(index, values)``: ``(n,)`` int64 dataset indices and ``(n, ...)`` values, on ``device``.
+    """
+    index, values = [], []
+    for batch in iterate(IndexBatches(pairs, batches), num_workers):
+        batch = to_device(batch, device)
+        values.append(fn(net, batch))
+        index.append(batch["index"])
+    if not index:
+        return torch.zeros(0, dtype=torch.long, device=device), torch.zeros(0, device=device)
+    return torch.cat(index), torch.cat(values)
+
+
+def per_sample_pass(nets: Sequence[nn.Module], pairs: Dataset, batches: Sequence[Sequence[np.ndarray]],
+                    fn: PerSampleFn, device: torch.device, num_workers: int = 0) -> Tensor:
+    """Per-sample values of every network over the whole training set, identical on all ranks.
+
+    Args:
+        nets: the networks (eval mode during the pass; their modes are restored afterwards).
+        pairs: the training pairs (items as :class:`~ncl.data.datasets.PairDataset`).
+        batches: per network, the dataset-index batches *this rank* computes (every sample
+            must be covered by some rank; see :func:`ncl.training.plans.division_batches`).
+        fn: the per-sample quantity.
+        device: where the networks live.
+        num_workers: DataLoader workers for reading the pairs.
+
+    Returns:
+        ``(K, N, ...)`` on ``device``: row ``k`` from network ``k``, gathered by index.
+    """
+    n = len(pairs)
+    rows = []
+    with eval_mode(*nets):
+        for net, net_batches in zip(nets, batches):
+            index, values = local_values(net, pairs, net_batches, fn, device, num_workers)
+            rows.append(gather_by_index(index, values, n))
+    return torch.stack(rows)
