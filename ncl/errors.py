@@ -18,3 +18,18 @@ class DataError(NclUserError):
 
 class ConfigError(NclUserError):
     """An option or a combination of options is invalid."""
+
+
+class TrainingError(NclUserError):
+    """Training or evaluation produced NaN/Inf (a diverged run or a broken checkpoint).
+
+    A user provokes it with a learning rate that is too large or with features that hold
+    NaN/Inf; it is reported like any other user error rather than as a traceback.
+    """
+
+
+class NclWarning(UserWarning):
+    """Something about the user's input worth knowing that does not stop the run.
+
+    The ``ncl`` command prints it as one ``ncl: warning: ...`` line (see :mod:`ncl.console`).
+    """

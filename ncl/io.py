@@ -12,14 +12,51 @@ from typing import IO
 import numpy as np
 
 
+def current_umask() -> int:
+    """The process's file-mode creation mask (read without changing it where possible)."""
+    try:  # Linux: no window in which another thread would see a different umask
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_file_mode() -> int:
+    """The mode ``open(path, "w")`` would give a new file: ``0o666`` minus the umask."""
+    return 0o666 & ~current_umask()
+
+
+def new_temporary(path: Path) -> tuple[int, str]:
+    """A hidden temporary file beside ``path`` (``(fd, name)``) with a normal file's mode.
+
+    ``tempfile.mkstemp`` creates files with mode ``0o600`` whatever the umask, so a renamed
+    checkpoint or dataset would be unreadable by the group on a shared cluster.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        if hasattr(os, "fchmod"):  # POSIX; elsewhere mkstemp's mode is all there is
+            os.fchmod(fd, default_file_mode())
+    except BaseException:
+        os.close(fd)
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return fd, tmp
+
+
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
     """Call ``write(handle)`` on a temporary file beside ``path``, then rename it to ``path``.
 
-    A crash leaves at most a hidden ``.<name>.*.tmp`` file, never a truncated ``path``.
+    A crash leaves at most a hidden ``.<name>.*.tmp`` file, never a truncated ``path``. The
+    file gets the mode a plain ``open()`` would give it (``0o666`` minus the umask).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = new_temporary(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import lightning as L
+from lightning.pytorch.utilities.parsing import AttributeDict
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
 from ncl.data.datasets import CaptionDataset, ImageDataset, PairDataset, collate
 from ncl.data.noise import Noise, NoiseType, check_ratio, make_noise
-from ncl.data.precomp import PrecompSplit, load_split
+from ncl.data.precomp import NanCheck, PrecompSplit, load_split
+from ncl.data.samplers import EpochShuffleSampler, global_seed, loader_generator
 from ncl.data.vocab import Vocabulary, load_vocabulary
 from ncl.errors import ConfigError, DataError
 from ncl.io import atomic_save_npy, atomic_write_text
@@ -48,7 +50,11 @@ class PrecompDataModule(L.LightningDataModule):
         val_split: split used for validation/model selection.
         test_split: split used by ``ncl test`` (COCO: ``testall``).
         test_protocols: ``1k`` (whole matrix), ``5fold1k`` (COCO 5-fold 1K), ``5k``.
-        nan_check_samples: images per feature file checked for NaN/Inf.
+        nan_check_samples: images per feature file checked for NaN/Inf (``nan_check:
+            sample``); 0 checks none.
+        nan_check: ``sample`` (default: ``nan_check_samples`` images spread over each
+            feature file), ``full`` (every image, memory-mapped and read in chunks with a
+            progress bar: minutes for COCO's 33 GB) or ``off``.
     """
 
     def __init__(self, data_root: str, data_name: str = "f30k_precomp", vocab_path: str | None = None,
@@ -57,7 +63,7 @@ class PrecompDataModule(L.LightningDataModule):
                  noise_file: str | None = None, noise_seed: int = 0,
                  dev_max_images: int | None = 1000, val_split: str = "dev",
                  test_split: str = "test", test_protocols: Sequence[Protocol] = ("1k",),
-                 nan_check_samples: int = 64) -> None:
+                 nan_check_samples: int = 64, nan_check: NanCheck = "sample") -> None:
         super().__init__()
         self.save_hyperparameters()  # logged with the run; a subclass's own arguments included
         check_ratio(noise_ratio, "data.noise_ratio")
@@ -66,7 +72,7 @@ class PrecompDataModule(L.LightningDataModule):
         self.noise_file = noise_file
         self.dev_max_images, self.val_split, self.test_split = dev_max_images, val_split, test_split
         self.test_protocols = list(test_protocols)
-        self.nan_check_samples = nan_check_samples
+        self.nan_check_samples, self.nan_check = nan_check_samples, nan_check
         if batch_size < 2:
             raise ConfigError(f"data.batch_size must be at least 2 (BatchNorm over a batch of "
                               f"one fails), got {batch_size}")
@@ -84,6 +90,7 @@ class PrecompDataModule(L.LightningDataModule):
         self.test_data: PrecompSplit | None = None
         self.noise: Noise | None = None
         self._train_plan: TrainPlan | None = None
+        self.shuffle_seed: int | None = None  # seed_everything's value at the first epoch
 
     # ----------------------------------------------------------------- properties
     @property
@@ -107,7 +114,10 @@ class PrecompDataModule(L.LightningDataModule):
 
     # ----------------------------------------------------------------- setup
     def _load(self, split: str, max_images: int | None = None) -> PrecompSplit:
-        return load_split(self.data_dir, split, self.vocab, max_images, self.nan_check_samples)
+        trainer = getattr(self, "trainer", None)
+        progress = trainer is None or trainer.is_global_zero  # one progress bar, not one per rank
+        return load_split(self.data_dir, split, self.vocab, max_images, self.nan_check_samples,
+                          self.nan_check, progress)
 
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.train_split is None:
@@ -116,13 +126,32 @@ class PrecompDataModule(L.LightningDataModule):
             self.noise = make_noise(split.n_images, split.n_captions, self.noise_type,
                                     self.noise_ratio, self.noise_seed,
                                     self.noise_file)
-            self.hparams["noise_sha256"] = self.noise.sha256
-            self.hparams["noise_rate"] = round(self.noise.noise_rate, 6)
+            self.hparams.update(self.noise_hparams())
             self._save_noise()
         if stage in ("fit", "validate") and self.val_data is None:
             self.val_data = self._load(self.val_split, self.dev_max_images)
         if stage in ("test", "predict") and self.test_data is None:
             self.test_data = self._load(self.test_split)
+
+    def noise_hparams(self) -> dict[str, object]:
+        """The noise actually used (after ``setup("fit")``): SHA-256, rate, format, file."""
+        if self.noise is None:
+            return {}
+        return {"noise_sha256": self.noise.sha256, "noise_rate": round(self.noise.noise_rate, 6),
+                "noise_format": self.noise.format, "noise_source": str(self.noise.source)}
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """The constructor arguments plus, once known, the noise provenance.
+
+        Lightning sends ``hparams_initial`` to every logger (CSV ``hparams.yaml``, W&B config)
+        *after* ``setup``, but ``save_hyperparameters`` froze it in ``__init__``, before the
+        noise was drawn or read; adding the noise here is what makes the logged
+        hyperparameters name the exact noise pattern of the run.
+        """
+        initial = super().hparams_initial
+        initial.update(self.noise_hparams())
+        return initial
 
     def run_dir(self) -> Path | None:
         """The trainer's log directory (where the config is saved), if attached."""
@@ -167,7 +196,25 @@ class PrecompDataModule(L.LightningDataModule):
             return self._train_plan(pairs)
         # A final batch of one sample would break BatchNorm in train mode (spec 7.2).
         drop_last = len(pairs) % self.batch_size == 1
-        return self._loader(pairs, self.batch_size, shuffle=True, drop_last=drop_last)
+        trainer = getattr(self, "trainer", None)
+        if trainer is not None and trainer.world_size > 1:
+            # Lightning swaps in a DistributedSampler, itself seeded by (seed, epoch).
+            return self._loader(pairs, self.batch_size, shuffle=True, drop_last=drop_last)
+        # The shuffle is a function of (seed, epoch) so that a resumed run sees the batches
+        # the uninterrupted run saw (torch's RandomSampler draws from the global stream).
+        seed = self.shuffle_seed if self.shuffle_seed is not None else global_seed()
+        self.shuffle_seed = seed  # kept in the checkpoint (state_dict)
+        return DataLoader(pairs, batch_size=self.batch_size, sampler=EpochShuffleSampler(len(pairs), seed),
+                          drop_last=drop_last, num_workers=self.num_workers, collate_fn=collate,
+                          persistent_workers=self.num_workers > 0, generator=loader_generator(seed))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The shuffle seed actually used, so that a resumed run keeps it."""
+        return {"shuffle_seed": self.shuffle_seed}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("shuffle_seed") is not None:
+            self.shuffle_seed = int(state_dict["shuffle_seed"])
 
     def eval_loaders(self, split: PrecompSplit) -> list[DataLoader]:
         """``[images, captions]`` loaders: each image and each caption encoded once."""
@@ -211,7 +258,7 @@ class SyntheticDataModule(PrecompDataModule):
                  num_workers: int = 0, noise_type: NoiseType = "none", noise_ratio: float = 0.0,
                  noise_file: str | None = None, noise_seed: int = 0,
                  dev_max_images: int | None = 1000, test_protocols: Sequence[Protocol] = ("1k",),
-                 nan_check_samples: int = 64) -> None:
+                 nan_check_samples: int = 64, nan_check: NanCheck = "sample") -> None:
         import hashlib
         import os
         from dataclasses import asdict
@@ -233,4 +280,5 @@ class SyntheticDataModule(PrecompDataModule):
         self.spec = spec
         super().__init__(str(root), "synthetic_precomp", None, batch_size, eval_batch_size,
                          num_workers, noise_type, noise_ratio, noise_file, noise_seed,
-                         dev_max_images, "dev", "test", test_protocols, nan_check_samples)
+                         dev_max_images, "dev", "test", test_protocols, nan_check_samples,
+                         nan_check)

@@ -14,17 +14,23 @@ from __future__ import annotations
 
 import csv
 import io
+import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from ncl.data.tokenize import tokenize
 from ncl.data.vocab import Vocabulary
-from ncl.errors import DataError
+from ncl.errors import ConfigError, DataError, NclWarning
 
 SPLITS = ("train", "dev", "test", "testall")
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
+NanCheck = Literal["sample", "full", "off"]
+SCAN_CHUNK_BYTES = 64 << 20  # features read per step of a full NaN/Inf scan
+SHOW_FIRST = 5  # bad images / empty lines named in a message
 
 
 def features_path(data_dir: Path, split: str) -> Path:
@@ -35,7 +41,8 @@ def open_features(path: Path, nan_check_samples: int = 64) -> np.ndarray:
     """Memory-map ``(N, R, D)`` features and validate rank, dtype and a sample of values.
 
     NaN/Inf are looked for in ``nan_check_samples`` images spread evenly over the file
-    (first and last included), not in all of it: a full scan would read 33 GB for COCO.
+    (first and last included), not in all of it: a full scan would read 33 GB for COCO
+    (:func:`scan_features` does one when asked).
     """
     if not path.is_file():
         raise DataError(f"feature file not found: {path}")
@@ -54,11 +61,72 @@ def open_features(path: Path, nan_check_samples: int = 64) -> np.ndarray:
     if nan_check_samples > 0:
         rows = np.unique(np.linspace(0, feats.shape[0] - 1, min(nan_check_samples, feats.shape[0])).astype(np.int64))
         sample = np.asarray(feats[rows])
-        if not np.isfinite(sample).all():
-            bad = rows[~np.isfinite(sample).reshape(len(rows), -1).all(axis=1)]
+        bad = rows[nonfinite_rows(sample)]
+        if len(bad):
             raise DataError(f"feature file {path} holds NaN or Inf values (e.g. in image "
-                            f"{int(bad[0])}); checked {len(rows)} sampled images")
+                            f"{_first(bad)}); checked {len(rows)} sampled images")
     return feats
+
+
+def _first(indices: np.ndarray | list[int], total: int | None = None) -> str:
+    """``"3, 7, 9"`` or ``"3, 7, 9, 12, 15 (and 40 more)"`` for a message."""
+    indices = [int(i) for i in indices]
+    total = len(indices) if total is None else total
+    text = ", ".join(str(i) for i in indices[:SHOW_FIRST])
+    return text + (f" (and {total - SHOW_FIRST} more)" if total > SHOW_FIRST else "")
+
+
+def nonfinite_rows(block: np.ndarray) -> np.ndarray:
+    """Indices (into ``block``'s first axis) of the rows that hold a NaN or an Inf."""
+    block = np.asarray(block)
+    return np.flatnonzero(~np.isfinite(block.reshape(block.shape[0], -1)).all(axis=1))
+
+
+def scan_features(feats: np.ndarray, path: Path, progress: bool = True) -> None:
+    """Check every image of memory-mapped features for NaN/Inf, a chunk at a time.
+
+    Reads about :data:`SCAN_CHUNK_BYTES` per step, so memory stays bounded whatever the file
+    size (COCO train: 33 GB); ``progress`` shows a progress bar on stderr.
+
+    Raises:
+        DataError: naming the file and the first bad images (all chunks are scanned, so the
+            message also says how many images are affected).
+    """
+    n = int(feats.shape[0])
+    row_bytes = max(1, int(np.prod(feats.shape[1:])) * feats.dtype.itemsize)
+    step = max(1, SCAN_CHUNK_BYTES // row_bytes)
+    bad: list[int] = []
+    n_bad = 0
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=n, desc=f"NaN/Inf scan of {path.name}", unit="img", file=sys.stderr,
+                   leave=False, mininterval=1.0, dynamic_ncols=True)
+    try:
+        for start in range(0, n, step):
+            stop = min(start + step, n)
+            rows = nonfinite_rows(feats[start:stop]) + start
+            n_bad += len(rows)
+            bad.extend(int(r) for r in rows[: max(0, SHOW_FIRST - len(bad))])
+            if bar is not None:
+                bar.update(stop - start)
+    finally:
+        if bar is not None:
+            bar.close()
+    if n_bad:
+        which = f"image {bad[0]}" if n_bad == 1 else f"images {_first(bad, n_bad)}"
+        raise DataError(f"feature file {path} holds NaN or Inf values in {n_bad} of {n} images: "
+                        f"{which} (full scan)")
+
+
+def _warn_empty(path: Path, empty_lines: list[int]) -> None:
+    """Warn (do not fail) about empty captions: the official code keeps them (spec 7.2)."""
+    if empty_lines:
+        lines = "line" + ("s" if len(empty_lines) > 1 else "")
+        warnings.warn(f"caption file {path} has {len(empty_lines)} empty caption(s) ({lines} "
+                      f"{_first(empty_lines)}); they are kept as '<start> <end>', as the "
+                      f"official code does", NclWarning, stacklevel=3)
 
 
 def read_captions(data_dir: Path, split: str) -> tuple[list[str], Path]:
@@ -75,14 +143,21 @@ def read_captions(data_dir: Path, split: str) -> tuple[list[str], Path]:
         raise DataError(f"caption file {path} is not UTF-8: invalid byte at offset "
                         f"{err.start} (line {line})") from None
     if path.suffix == ".txt":
-        return [line.strip() for line in text.splitlines()], path
-    captions = []
+        captions = [line.strip() for line in text.splitlines()]
+        _warn_empty(path, [i + 1 for i, c in enumerate(captions) if not c])
+        return captions, path
+    captions, empty = [], []
     # CC152K: csv.reader with tab delimiter and default '"' quoting, caption in column 1.
-    for lineno, row in enumerate(csv.reader(io.StringIO(text), delimiter="\t"), start=1):
+    reader = csv.reader(io.StringIO(text), delimiter="\t")
+    for row in reader:
+        lineno = reader.line_num  # a quoted caption may span lines: report where it ends
         if len(row) < 2:
             raise DataError(f"caption file {path}, line {lineno}: expected 'id<TAB>caption', "
                             f"found {len(row)} column(s)")
         captions.append(row[1].strip())
+        if not captions[-1]:
+            empty.append(lineno)
+    _warn_empty(path, empty)
     return captions, path
 
 
@@ -106,6 +181,7 @@ class PrecompSplit:
         im_div: captions per image, from the full files as the official code does.
         token_ids, offsets: caption ``c`` is ``token_ids[offsets[c]:offsets[c+1]]``,
             ``<start>`` and ``<end>`` included.
+        caption_path, feature_path: the files the split was read from (for messages).
     """
 
     name: str
@@ -115,6 +191,7 @@ class PrecompSplit:
     token_ids: np.ndarray
     offsets: np.ndarray
     caption_path: Path
+    feature_path: Path | None = None
 
     @property
     def n_images(self) -> int:
@@ -137,7 +214,8 @@ class PrecompSplit:
 
 
 def load_split(data_dir: str | Path, split: str, vocab: Vocabulary, max_images: int | None = None,
-               nan_check_samples: int = 64) -> PrecompSplit:
+               nan_check_samples: int = 64, nan_check: NanCheck = "sample",
+               progress: bool = True) -> PrecompSplit:
     """Open one split and check it (files present, shapes, dtype, caption count).
 
     Args:
@@ -146,14 +224,21 @@ def load_split(data_dir: str | Path, split: str, vocab: Vocabulary, max_images: 
         vocab: the vocabulary the captions are encoded with.
         max_images: keep only the first ``max_images`` images and their captions (the
             official dev truncation is 1,000).
-        nan_check_samples: images checked for NaN/Inf.
+        nan_check_samples: images checked for NaN/Inf with ``nan_check="sample"``.
+        nan_check: ``sample`` (``nan_check_samples`` images spread over the file), ``full``
+            (every image that is used, read in chunks: the whole file for train and test,
+            the first ``max_images`` for dev) or ``off``.
+        progress: show a progress bar during a full scan.
     """
     data_dir = Path(data_dir)
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
     if not data_dir.is_dir():
         raise DataError(f"data directory not found: {data_dir}")
-    feats = open_features(features_path(data_dir, split), nan_check_samples)
+    if nan_check not in ("sample", "full", "off"):
+        raise ConfigError(f"data.nan_check must be 'sample', 'full' or 'off', got {nan_check!r}")
+    feat_path = features_path(data_dir, split)
+    feats = open_features(feat_path, nan_check_samples if nan_check == "sample" else 0)
     captions, cap_path = read_captions(data_dir, split)
     n_img, n_cap = feats.shape[0], len(captions)
     if n_cap == 0 or n_cap % n_img:
@@ -162,5 +247,7 @@ def load_split(data_dir: str | Path, split: str, vocab: Vocabulary, max_images: 
     im_div = n_cap // n_img
     if max_images is not None and max_images < n_img:
         feats, captions = feats[:max_images], captions[: max_images * im_div]
+    if nan_check == "full":
+        scan_features(feats, feat_path, progress)
     ids, offsets = encode_all(captions, vocab)
-    return PrecompSplit(split, feats, captions, im_div, ids, offsets, cap_path)
+    return PrecompSplit(split, feats, captions, im_div, ids, offsets, cap_path, feat_path)

@@ -6,14 +6,16 @@ import csv
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from ncl.evaluation.protocol import Results
+from ncl.io import new_temporary
 from ncl.metrics.retrieval import RETRIEVAL_KEYS
 
 _DIRECTIONS: tuple[tuple[str, str], ...] = (("i2t", "Image -> Text"), ("t2i", "Text -> Image"))
 _GAP = "  "
+DECIMALS = 4
+"""Decimal places of the numbers in the JSON and CSV result files."""
 
 
 def _direction_columns(show_ranks: bool) -> list[tuple[str, str]]:
@@ -87,6 +89,22 @@ def _metric_columns(results: Results) -> list[str]:
     return [k for k in RETRIEVAL_KEYS if k in seen] + sorted(seen - set(RETRIEVAL_KEYS))
 
 
+def _rounded(value: float) -> float:
+    """``value`` to :data:`DECIMALS` places: ``14.600000000000001`` is written ``14.6``.
+
+    Recalls are multiples of 100 / N (0.1 for 1,000 queries, 0.004 for 25,000) and fold means
+    multiples of a fifth of that, so four decimals keep every recall exact.
+    """
+    return round(float(value), DECIMALS)
+
+
+def _rounded_results(results: Results) -> Results:
+    """The same nesting with every metric rounded (for the JSON file)."""
+    return {system: {protocol: {k: _rounded(v) for k, v in metrics.items()}
+                     for protocol, metrics in by_protocol.items()}
+            for system, by_protocol in results.items()}
+
+
 def _csv_text(results: Results) -> str:
     """CSV with header ``system,protocol,<metrics>``; a metric a row lacks is left empty."""
     buffer = io.StringIO()
@@ -95,7 +113,7 @@ def _csv_text(results: Results) -> str:
     writer.writerow(["system", "protocol", *columns])
     for system, by_protocol in results.items():
         for protocol, metrics in by_protocol.items():
-            values = [repr(float(metrics[c])) if c in metrics else "" for c in columns]
+            values = [repr(_rounded(metrics[c])) if c in metrics else "" for c in columns]
             writer.writerow([system, protocol, *values])
     return buffer.getvalue()
 
@@ -106,7 +124,7 @@ def _write_atomic(path: Path, text: str) -> None:
     A crash leaves either the previous file or a stray ``.tmp`` file, never a truncated file
     under the final name.
     """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = new_temporary(path)  # the mode of a plain open(), not mkstemp's 0600
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
@@ -123,7 +141,8 @@ def write_results(
 ) -> tuple[Path, Path]:
     """Write results as ``<stem>.json`` (nested, as given) and ``<stem>.csv`` (flat), atomically.
 
-    The CSV has one row per (system, protocol) and one column per metric, full precision.
+    The CSV has one row per (system, protocol) and one column per metric; numbers in both
+    files are rounded to :data:`DECIMALS` places (recalls stay exact).
 
     Args:
         results: ``results[system][protocol][metric]`` as from ``evaluate_systems``.
@@ -143,6 +162,6 @@ def write_results(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = out / f"{stem}.json", out / f"{stem}.csv"
-    _write_atomic(json_path, json.dumps(results, indent=2) + "\n")
+    _write_atomic(json_path, json.dumps(_rounded_results(results), indent=2) + "\n")
     _write_atomic(csv_path, _csv_text(results))
     return json_path, csv_path

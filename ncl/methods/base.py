@@ -20,7 +20,9 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 
-from ncl.errors import ConfigError
+from ncl.data.samplers import GLOBAL_TORCH_STREAM, epoch_seed, global_seed
+from ncl.data.precomp import nonfinite_rows
+from ncl.errors import ConfigError, DataError, TrainingError
 from ncl.evaluation.protocol import evaluate_systems
 from ncl.evaluation.report import format_table, write_results
 from ncl.evaluation.similarity import ensemble, sharded_similarity
@@ -63,6 +65,7 @@ class RetrievalMethod(L.LightningModule):
             self.network_names = tuple(chr(ord("A") + i) for i in range(n_networks))
         self.optimizer_factory = optimizer
         self._eval_store: dict[str, list[Tensor]] = {}
+        self._training_seed: int | None = None
 
     # ------------------------------------------------------------------ setup / optim
     @property
@@ -84,14 +87,32 @@ class RetrievalMethod(L.LightningModule):
                     f"the backbone ({name}) is configured for {want[0]} x {want[1]}; set "
                     f"model.backbone.init_args.num_regions={regions} and img_dim={dim}")
 
+    def lr_factor(self, epoch: int) -> float:
+        """Learning-rate multiplier of ``epoch``: the schedule hook of every method.
+
+        Default: the official step schedule, ``0.1 ** (epoch // lr_update)`` (spec 4.1).
+        Methods with warm-up or restarting pieces override it (NCR counts co-training epochs
+        only); a pure function of the epoch, so a resumed run needs no scheduler state.
+        """
+        return 0.1 ** (epoch // self.hparams.lr_update)
+
     def configure_optimizers(self) -> Any:
-        """One optimiser per network with the step schedule (0.1 every ``lr_update``)."""
+        """One optimiser per network, each with ``LambdaLR(lr_factor)`` stepped per epoch."""
         configs = []
         for net in self.nets:
             opt = self.optimizer_factory(net.parameters())
-            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=self.hparams.lr_update, gamma=0.1)
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)
             configs.append({"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}})
         return configs[0] if len(configs) == 1 else configs
+
+    def apply_lr_factor(self) -> None:
+        """Set this epoch's learning rates directly (manual optimisation: Lightning steps no
+        scheduler then). ``initial_lr`` is set by ``LambdaLR``."""
+        factor = self.lr_factor(self.current_epoch)
+        optimizers = self.optimizers()
+        for opt in optimizers if isinstance(optimizers, list) else [optimizers]:
+            for group in opt.optimizer.param_groups:
+                group["lr"] = group["initial_lr"] * factor
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer,
                                     gradient_clip_val: float | None = None,
@@ -100,6 +121,32 @@ class RetrievalMethod(L.LightningModule):
         if self.hparams.grad_clip > 0:
             self.clip_gradients(optimizer, gradient_clip_val=self.hparams.grad_clip,
                                 gradient_clip_algorithm="norm")
+
+    # ------------------------------------------------------------------ random streams
+    @property
+    def training_seed(self) -> int:
+        """The run's seed (``seed_everything``), fixed at the first epoch and checkpointed."""
+        if getattr(self, "_training_seed", None) is None:
+            self._training_seed = global_seed()
+        return self._training_seed
+
+    def on_train_epoch_start(self) -> None:
+        """Reseed torch's global stream (dropout, any draw a method makes) from
+        ``(seed, epoch, rank)``: an epoch then draws the same numbers whether the run went
+        straight through or was resumed from the previous epoch's checkpoint, which torch's
+        state alone (not in a Lightning checkpoint) could not guarantee."""
+        torch.manual_seed(epoch_seed(self.training_seed, self.current_epoch, GLOBAL_TORCH_STREAM,
+                                     self.global_rank))
+        if not self.automatic_optimization:
+            self.apply_lr_factor()
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["ncl_training_seed"] = self.training_seed
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # A resumed run keeps its seed even if the config's seed_everything was ``true``.
+        if "ncl_training_seed" in checkpoint:
+            self._training_seed = int(checkpoint["ncl_training_seed"])
 
     # ------------------------------------------------------------------ helpers
     def batch_similarity(self, batch: dict[str, Tensor], net: nn.Module | None = None) -> Tensor:
@@ -173,8 +220,10 @@ class RetrievalMethod(L.LightningModule):
         for k, (name, net) in enumerate(zip(self.network_names, self.nets)):
             img = self._gathered(f"img{k}", "img_index")[:n_img]
             cap = self._gathered(f"cap{k}", "cap_index")[: n_img * im_div]
+            self.check_finite_embeddings(name, img, cap, lengths)
             sims[name] = sharded_similarity(net.similarity, img, cap, lengths,
                                             self.hparams.eval_shard_size, device=self.device)
+            self.check_finite_similarities(name, sims[name])
         if len(sims) > 1:
             sims["+".join(self.network_names)] = ensemble(list(sims.values()))
         return sims
@@ -211,6 +260,132 @@ class RetrievalMethod(L.LightningModule):
             out = Path(self.trainer.log_dir or self.trainer.default_root_dir)
             write_results(results, out)
         self._eval_store = {}
+
+    # ------------------------------------------------------------------ NaN / Inf
+    def on_before_backward(self, loss: Tensor) -> None:
+        """Stop at the first NaN/Inf loss, for every method.
+
+        Lightning calls this hook before every backward pass, with automatic optimisation
+        and with ``manual_backward`` (NCR/LNC) alike. Raising here means no optimiser step
+        ever uses the loss, so no later checkpoint can hold weights from the diverged step.
+        Under DDP every rank takes the same decision (one scalar all-reduce), so no rank is
+        left waiting in the backward pass's collectives.
+        """
+        local_bad = not bool(torch.isfinite(loss.detach()).all())
+        trainer = self._trainer
+        bad = local_bad
+        if trainer is not None and trainer.world_size > 1:
+            bad = trainer.strategy.reduce_boolean_decision(local_bad, all=False)
+        if bad:
+            raise TrainingError(_diverged_message(self, loss, local_bad))
+
+    def _eval_split_info(self) -> tuple[str, Any]:
+        """``("validation" | "test", the PrecompSplit being evaluated or None)``."""
+        testing = self._trainer is not None and self.trainer.testing
+        dm = getattr(self._trainer, "datamodule", None)
+        return ("test" if testing else "validation",
+                getattr(dm, "test_data" if testing else "val_data", None))
+
+    def check_finite_embeddings(self, name: str, img: Tensor, cap: Tensor, lengths: Tensor) -> None:
+        """Raise one clear error when network ``name``'s evaluation embeddings hold NaN/Inf.
+
+        Images with non-finite embeddings are looked up in the split's feature file: when
+        their features hold NaN/Inf the data is at fault (:class:`DataError` naming the
+        file and the images), otherwise the weights are (:class:`TrainingError`).
+
+        Args:
+            name: network name, for the message.
+            img: ``(N_img, R, E)`` image embeddings in dataset order.
+            cap: ``(N_cap, L, E)`` caption embeddings (or pooled ``(N_cap, E)``).
+            lengths: ``(N_cap,)`` caption lengths; padding beyond them is not checked.
+        """
+        bad_img = _nonfinite_rows(img)
+        bad_cap = _nonfinite_rows(cap, lengths if cap.dim() == 3 else None)
+        if not len(bad_img) and not len(bad_cap):
+            return
+        label, split = self._eval_split_info()
+        where = _split_files(label, split)
+        if len(bad_img) and split is not None:
+            bad_feat = _nonfinite_feature_rows(split.features, bad_img)
+            if len(bad_feat):
+                raise DataError(
+                    f"the {label} features in {split.feature_path} hold NaN or Inf in "
+                    f"{len(bad_feat)} of {split.n_images} images ({_images(bad_feat)}), so "
+                    f"their embeddings are NaN/Inf; repair or remove these images "
+                    f"(--data.nan_check full scans every feature file before training)")
+        raise TrainingError(
+            f"network {name} ({type(self).__name__}) gives NaN/Inf embeddings on {where} for "
+            f"{len(bad_img)} of {img.shape[0]} images and {len(bad_cap)} of {cap.shape[0]} "
+            f"captions although the features are finite: its weights are NaN/Inf (a diverged "
+            f"run or a broken checkpoint; check the learning rate)")
+
+    def check_finite_similarities(self, name: str, sims: Tensor) -> None:
+        """Raise one clear error when network ``name``'s ``(N_img, N_cap)`` similarities hold
+        NaN/Inf although its embeddings are finite (an overflow in the similarity head)."""
+        bad = _nonfinite_rows(sims)
+        if len(bad):
+            label, split = self._eval_split_info()
+            raise TrainingError(
+                f"network {name} ({type(self).__name__}) gives NaN/Inf similarities on "
+                f"{_split_files(label, split)} for {len(bad)} of {sims.shape[0]} images "
+                f"({_images(bad)}) although their embeddings are finite: the similarity "
+                f"head's weights are NaN/Inf or overflow (check the learning rate)")
+
+
+def _first(indices: Any, limit: int = 5) -> str:
+    """``"3, 7, 9"`` or ``"3, 7, 9, 12, 15 (and 40 more)"``."""
+    values = [int(i) for i in indices]
+    more = f" (and {len(values) - limit} more)" if len(values) > limit else ""
+    return ", ".join(str(v) for v in values[:limit]) + more
+
+
+def _images(indices: Any) -> str:
+    """``"image 3"`` or ``"images 3, 7"`` for a message."""
+    return ("image " if len(indices) == 1 else "images ") + _first(indices)
+
+
+def _split_files(label: str, split: Any) -> str:
+    """``the validation split (<features>, <captions>)`` for messages."""
+    if split is None or getattr(split, "feature_path", None) is None:
+        return f"the {label} split"
+    return f"the {label} split ({split.feature_path}, {split.caption_path})"
+
+
+def _nonfinite_rows(values: Tensor, lengths: Tensor | None = None, chunk: int = 1024) -> Tensor:
+    """Indices of the rows of ``values`` holding NaN/Inf, in row blocks (bounded memory).
+
+    With ``lengths`` (``values`` is ``(N, L, E)`` padded), positions ``>= lengths[i]`` of row
+    ``i`` are ignored.
+    """
+    bad = []
+    for start in range(0, values.shape[0], chunk):
+        block = ~torch.isfinite(values[start:start + chunk])
+        if lengths is not None:
+            steps = torch.arange(block.shape[1], device=block.device)
+            block &= (steps[None, :] < lengths[start:start + chunk, None].to(block.device))[..., None]
+        bad.append(block.flatten(1).any(dim=1).nonzero().flatten().cpu() + start)
+    return torch.cat(bad) if bad else torch.zeros(0, dtype=torch.long)
+
+
+def _nonfinite_feature_rows(features: Any, rows: Tensor, chunk: int = 256) -> list[int]:
+    """Those of ``rows`` whose features (a memory map) hold NaN/Inf, read a block at a time."""
+    rows_list = sorted(int(r) for r in rows if int(r) < len(features))
+    bad: list[int] = []
+    for start in range(0, len(rows_list), chunk):
+        block = rows_list[start:start + chunk]
+        bad.extend(block[i] for i in nonfinite_rows(features[block]))
+    return bad
+
+
+def _diverged_message(module: L.LightningModule, loss: Tensor, local_bad: bool) -> str:
+    """The one-line message of a NaN/Inf training loss."""
+    what = ("NaN" if bool(torch.isnan(loss.detach()).any()) else "Inf") if local_bad else \
+        "NaN or Inf on another rank"
+    return (f"training diverged: the loss of {type(module).__name__} is {what} at global step "
+            f"{module.global_step} (epoch {module.current_epoch}); stopped before the backward "
+            f"pass, so no checkpoint holds this step. Check the learning rate "
+            f"(model.init_args.optimizer) and the features: --data.nan_check full scans every "
+            f"feature file for NaN/Inf")
 
 
 def _summary_line(epoch: int, name: str, m: dict[str, float]) -> str:

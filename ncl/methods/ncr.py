@@ -180,14 +180,6 @@ class NCR(RetrievalMethod):
         """The division, momentum and diagnostics callbacks this method depends on."""
         return [cb for cb in (self.co_divide, self.momentum, self.diagnostics) if cb is not None]
 
-    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
-        """One optimiser per network; the learning rate is set each epoch (:func:`lr_factor`)."""
-        optimizers = [self.optimizer_factory(net.parameters()) for net in self.nets]
-        for opt in optimizers:
-            for group in opt.param_groups:
-                group.setdefault("initial_lr", group["lr"])
-        return optimizers
-
     def setup(self, stage: str) -> None:
         """For ``fit``: take over the DataModule's training loader (see module docstring)."""
         super().setup(stage)
@@ -222,14 +214,14 @@ class NCR(RetrievalMethod):
             start = (max_epochs - self.hparams.warmup_epochs) // 2
         return self.current_epoch - self.hparams.warmup_epochs >= start
 
+    def lr_factor(self, epoch: int) -> float:
+        """Warm-up epochs at ``lr0``, then the step schedule over co-training epochs."""
+        return lr_factor(epoch, self.hparams.warmup_epochs, self.hparams.lr_update)
+
     def on_train_epoch_start(self) -> None:
-        super().on_train_epoch_start()
-        hp = self.hparams
-        factor = lr_factor(self.current_epoch, hp.warmup_epochs, hp.lr_update)
-        for opt in self.optimizers():
-            for group in opt.optimizer.param_groups:
-                group["lr"] = group["initial_lr"] * factor
-        self.log("train/lr_factor", factor, on_step=False, on_epoch=True, sync_dist=True)
+        super().on_train_epoch_start()  # reseeds and applies lr_factor (manual optimisation)
+        self.log("train/lr_factor", self.lr_factor(self.current_epoch), on_step=False,
+                 on_epoch=True, sync_dist=True)
 
     # ------------------------------------------------------------------ batch plan
     def co_teaching_dataloader(self, pairs: PairDataset) -> PlanLoader:

@@ -1,3 +1,4 @@
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +10,7 @@ from ncl.data.datamodule import PrecompDataModule
 from ncl.data.datasets import PairDataset, collate
 from ncl.data.precomp import load_split
 from ncl.data.vocab import END, START, build_vocabulary, load_vocabulary
-from ncl.errors import DataError
+from ncl.errors import DataError, NclWarning
 
 from helpers import write_split, write_vocab
 
@@ -173,3 +174,96 @@ def test_datamodule_train_plan_hook(tiny_root: Path) -> None:
     assert dm.train_dataloader() == ["planned batch"] and seen == [100]  # the noisy pairs
     dm.use_train_plan(None)
     assert len(list(dm.train_dataloader())) == 10  # the default shuffled loader again
+
+
+# --------------------------------------------------------------- full NaN/Inf scan (issue 9)
+def _poison(tiny_root: Path, split: str, images: list[int], n_images: int = 20) -> Path:
+    path = tiny_root / "toy_precomp" / f"{split}_ims.npy"
+    feats = np.load(path)
+    for i in images:
+        feats[i, 1, 2] = np.nan if i % 2 else np.inf
+    np.save(path, feats)
+    return path
+
+
+def test_full_scan_finds_what_the_sample_misses(tiny_root: Path, vocab, monkeypatch, capsys) -> None:
+    path = _poison(tiny_root, "train", [3, 4, 7, 8, 11, 12, 13])
+    load_split(tiny_root / "toy_precomp", "train", vocab, nan_check_samples=2)  # sees 0 and 19 only
+    monkeypatch.setattr(precomp, "SCAN_CHUNK_BYTES", 3 * 4 * 8 * 4)  # 3 images a chunk
+    with pytest.raises(DataError) as err:
+        load_split(tiny_root / "toy_precomp", "train", vocab, nan_check_samples=2, nan_check="full")
+    assert str(err.value) == (f"feature file {path} holds NaN or Inf values in 7 of 20 images: "
+                              f"images 3, 4, 7, 8, 11 (and 2 more) (full scan)")
+    assert "NaN/Inf scan of train_ims.npy" in capsys.readouterr().err  # the progress bar
+
+
+def test_full_scan_of_dev_covers_the_used_images_only(tiny_root: Path, vocab) -> None:
+    _poison(tiny_root, "dev", [5])
+    split = load_split(tiny_root / "toy_precomp", "dev", vocab, max_images=4, nan_check="full",
+                       progress=False)
+    assert split.n_images == 4
+    with pytest.raises(DataError, match=r"in 1 of 6 images: image 5 \(full scan\)"):
+        load_split(tiny_root / "toy_precomp", "dev", vocab, nan_check="full", progress=False)
+
+
+def test_nan_check_off_and_sample_option(tiny_root: Path, vocab) -> None:
+    _poison(tiny_root, "train", [19])
+    load_split(tiny_root / "toy_precomp", "train", vocab, nan_check="off")
+    with pytest.raises(DataError, match="image 19"):
+        load_split(tiny_root / "toy_precomp", "train", vocab, nan_check="sample")
+    load_split(tiny_root / "toy_precomp", "train", vocab, nan_check_samples=0)  # the old "off"
+
+
+def test_datamodule_nan_check_option(tiny_root: Path) -> None:
+    path = _poison(tiny_root, "train", [5])
+    dm = PrecompDataModule(str(tiny_root), "toy_precomp", batch_size=8, nan_check_samples=3)
+    dm.setup("fit")  # the sample is images 0, 9 and 19
+    dm = PrecompDataModule(str(tiny_root), "toy_precomp", batch_size=8, nan_check="full")
+    with pytest.raises(DataError, match=f"{path}.*image 5 "):
+        dm.setup("fit")
+
+
+# --------------------------------------------------------------- empty captions (spec 7.2)
+def test_empty_caption_lines_warn_and_are_kept(tiny_root: Path, vocab) -> None:
+    caps = [f"a dog {i}" for i in range(100)]
+    caps[2] = caps[6] = ""
+    caps[50] = "   "
+    write_split(tiny_root / "toy_precomp", "train", 20, captions=caps)
+    with pytest.warns(NclWarning) as record:
+        split = load_split(tiny_root / "toy_precomp", "train", vocab)
+    assert len(record) == 1
+    message = str(record[0].message)
+    assert "train_caps.txt has 3 empty caption(s) (lines 3, 7, 51)" in message
+    assert "\n" not in message
+    assert split.n_captions == 100 and split.tokens(2).tolist() == [START, END]  # as official
+
+
+def test_empty_tsv_captions_warn(tmp_path: Path) -> None:
+    data_dir = tmp_path / "toy_precomp"
+    data_dir.mkdir()
+    np.save(data_dir / "train_ims.npy", np.zeros((3, 2, 4), np.float32))
+    (data_dir / "train_caps.tsv").write_text('id_1\tok\nid_2\t\nid_3\t""\n', encoding="utf-8")
+    with pytest.warns(NclWarning, match=r"train_caps.tsv has 2 empty caption\(s\) \(lines 2, 3\)"):
+        split = load_split(data_dir, "train", build_vocabulary([]))
+    assert split.captions == ["ok", "", ""]
+
+
+def test_no_warning_without_empty_captions(tiny_root: Path, vocab) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NclWarning)
+        load_split(tiny_root / "toy_precomp", "train", vocab)
+
+
+# --------------------------------------------------------------- logged noise provenance
+def test_noise_provenance_reaches_the_logged_hyperparameters(tiny_root: Path, tmp_path: Path) -> None:
+    noise_file = tmp_path / "noise.npy"
+    np.save(noise_file, np.random.RandomState(0).permutation(20))  # image level, format B
+    dm = PrecompDataModule(str(tiny_root), "toy_precomp", batch_size=8, noise_file=str(noise_file))
+    assert "noise_sha256" not in dm.hparams_initial  # unknown before setup
+    dm.setup("fit")
+    # Lightning hands hparams_initial to every logger (CSV hparams.yaml, W&B config) after setup.
+    logged = dm.hparams_initial
+    assert logged["noise_sha256"] == dm.noise.sha256 == dm.hparams["noise_sha256"]
+    assert logged["noise_format"] == "image" and 0 < logged["noise_rate"] <= 1
+    assert str(noise_file) in logged["noise_source"]
+    assert logged["batch_size"] == 8  # the constructor arguments are still there

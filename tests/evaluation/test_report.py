@@ -55,7 +55,9 @@ def test_write_results_round_trip(tmp_path: Path) -> None:
     results = fake_results()
     json_path, csv_path = write_results(results, tmp_path / "out", stem="run1")
     assert json_path == tmp_path / "out" / "run1.json" and csv_path == tmp_path / "out" / "run1.csv"
-    assert json.loads(json_path.read_text()) == results
+    assert json.loads(json_path.read_text()) == {  # rounded to 4 decimals
+        system: {p: {k: round(v, 4) for k, v in m.items()} for p, m in by_protocol.items()}
+        for system, by_protocol in results.items()}
     with csv_path.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [(r["system"], r["protocol"]) for r in rows] == [
@@ -66,7 +68,7 @@ def test_write_results_round_trip(tmp_path: Path) -> None:
     assert list(rows[0]) == ["system", "protocol", *RETRIEVAL_KEYS]
     for row in rows:
         want = results[row["system"]][row["protocol"]]
-        assert {k: float(row[k]) for k in RETRIEVAL_KEYS} == want  # full precision
+        assert {k: float(row[k]) for k in RETRIEVAL_KEYS} == {k: round(v, 4) for k, v in want.items()}
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["run1.csv", "run1.json"]
 
 
@@ -90,3 +92,21 @@ def test_write_results_bad_arguments(tmp_path: Path) -> None:
         write_results(fake_results(), tmp_path, stem="a/b")
     with pytest.raises(ValueError, match="at least one system"):
         write_results({}, tmp_path)
+
+
+def test_result_files_are_rounded(tmp_path: Path) -> None:
+    results = {"net": {"1k": {"i2t_r1": 14.600000000000001, "t2i_r1": 1 / 3, "rsum": 415.6}}}
+    json_path, csv_path = write_results(results, tmp_path)
+    assert "14.600000000000001" not in csv_path.read_text() + json_path.read_text()
+    assert csv_path.read_text().splitlines()[1] == "net,1k,14.6,0.3333,415.6"
+    assert json.loads(json_path.read_text()) == {"net": {"1k": {"i2t_r1": 14.6, "t2i_r1": 0.3333,
+                                                              "rsum": 415.6}}}
+
+
+def test_result_files_honour_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        json_path, csv_path = write_results(fake_results(), tmp_path)
+    finally:
+        os.umask(old)
+    assert {oct(p.stat().st_mode & 0o777) for p in (json_path, csv_path)} == {oct(0o644)}

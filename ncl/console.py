@@ -1,0 +1,92 @@
+"""What the ``ncl`` command shows on the console: warning filters and ncl's own warnings.
+
+Lightning and its dependencies print warnings meant for people writing Lightning code; a few
+of them carry nothing an ncl user can act on and hide the lines that matter. The filters
+below remove exactly those, each with the reason it is safe. Lightning's other warnings stay
+(too few batches for ``log_every_n_steps``, a non-empty checkpoint folder, SLURM hints,
+few DataLoader workers in training, ...). An explicit ``PYTHONWARNINGS`` or ``-W`` wins:
+Python puts those filters in place first, and :func:`configure_console` then leaves the
+warning settings alone.
+
+:class:`ncl.errors.NclWarning` (e.g. empty captions) is printed as one line,
+``ncl: warning: <message>``, instead of Python's two-line ``file:line: category`` format.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+from typing import Any, TextIO
+
+from ncl.errors import NclWarning
+
+# (message regex, category, why an ncl user gains nothing from it)
+WARNING_FILTERS: tuple[tuple[str, type[Warning], str], ...] = (
+    (r"Starting from v1\.9\.0, `tensorboardX` has been removed", UserWarning,
+     "ncl's configs choose their logger; without one the CSV logger Lightning falls back to "
+     "is what ncl wants, and installing TensorBoard is not needed"),
+    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning,
+     "a deprecation inside Lightning's use of torch.utils._pytree; nothing in ncl or in a "
+     "config can change it"),
+    (r"The '(val|test|predict)_dataloader' does not have many workers", Warning,
+     "evaluation uses the same data.num_workers as training, so the warning for the "
+     "training loader (kept) already says it; evaluation is one short pass"),
+    (r"It is recommended to use `self\.log\('(val|val_\w+|test|train|division)/", Warning,
+     "ncl logs these keys with sync_dist=False on purpose: evaluation metrics are computed "
+     "from embeddings gathered from every rank (identical everywhere), and per-step "
+     "training values would cost a collective per step"),
+    (r"Using `DistributedSampler` with the dataloaders\. During `trainer\.(validate|test)\(\)`",
+     Warning,
+     "ncl scatters evaluation embeddings by dataset index, so the sampler's repeated "
+     "samples cannot change a number (docs/design.md)"),
+)
+
+# Lightning INFO log lines (logger "lightning.*"), same format: (regex, why).
+LOG_FILTERS: tuple[tuple[str, str], ...] = (
+    (r"Tip: For seamless cloud (logging|uploads)",
+     "advertisements for Lightning's hosted services (LitLogger, LitModelCheckpoint)"),
+)
+
+
+class _DropMatching(logging.Filter):
+    """Drop log records whose message matches one of ``LOG_FILTERS``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import re
+
+        self.patterns = [re.compile(p) for p, _ in LOG_FILTERS]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(p.search(message) for p in self.patterns)
+
+
+def _show_ncl_warnings_on_one_line(original: Any) -> Any:
+    """Wrap ``warnings.showwarning``: NclWarning as one ``ncl: warning:`` line, others as before."""
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
+        if isinstance(category, type) and issubclass(category, NclWarning):
+            (file or sys.stderr).write(f"ncl: warning: {message}\n")
+            return
+        original(message, category, filename, lineno, file, line)
+
+    show._ncl_console = True  # type: ignore[attr-defined]
+    return show
+
+
+def configure_console() -> None:
+    """Install the filters above and the one-line NclWarning format (idempotent)."""
+    if not getattr(warnings.showwarning, "_ncl_console", False):
+        warnings.showwarning = _show_ncl_warnings_on_one_line(warnings.showwarning)
+    if not sys.warnoptions:  # the user's own -W / PYTHONWARNINGS choice wins
+        for pattern, category, _ in WARNING_FILTERS:
+            warnings.filterwarnings("ignore", message=pattern, category=category)
+        warnings.filterwarnings("default", category=NclWarning)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero",
+                 "lightning_utilities.core.rank_zero", "lightning.pytorch"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropMatching) for f in logger.filters):
+            logger.addFilter(_DropMatching())
