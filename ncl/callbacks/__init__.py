@@ -1,17 +1,19 @@
-"""Lightning callbacks that methods attach themselves (``configure_callbacks``).
+"""Lightning callbacks that methods attach themselves (``configure_callbacks``). Each does its
+work in the hook whose name says when; the state they produce lives on the method.
 
-* :class:`CoDivide` - NCR/LNC per-epoch co-divide (per-sample losses, GMM, split) and LNC's
-  Randomly Noise Abandon; holds the division in its checkpoint state.
-* :class:`MomentumTargets` - LNC's per-sample momentum targets (Eq. 5), checkpointed.
-* :class:`DivisionDiagnostics` - division sizes, noise-detection P/R/F1, loss-histogram figure.
+* :class:`CoDivide` - ``on_train_epoch_end``: NCR/LNC's co-divide for the next epoch
+  (per-sample losses, GMM, split; LNC's Randomly Noise Abandon), stored as ``module.division``.
+* :class:`MomentumTargets` - ``on_train_batch_end``: LNC's momentum-target update (Eq. 5) of
+  the step's samples, in ``module.momentum_targets``.
+* :class:`DivisionDiagnostics` - ``on_train_epoch_start``: division sizes, noise-detection
+  P/R/F1 and the loss-histogram figure of the epoch's division.
 
-Helpers: :mod:`ncl.training.plans` (per-epoch co-teaching batch plans) and
-:mod:`ncl.training.distributed` (gather by sample index, broadcast, gradient average).
+The computations are plain functions in :mod:`ncl.training` (division, per-sample passes,
+batch plans, collectives, per-sample state).
 """
 
-from ncl.callbacks.co_divide import CoDivide, Division
+from ncl.callbacks.co_divide import CoDivide
 from ncl.callbacks.diagnostics import DivisionDiagnostics, division_stats, plot_division
 from ncl.callbacks.momentum import MomentumTargets
 
-__all__ = ["CoDivide", "Division", "DivisionDiagnostics", "MomentumTargets", "division_stats",
-           "plot_division"]
+__all__ = ["CoDivide", "DivisionDiagnostics", "MomentumTargets", "division_stats", "plot_division"]

@@ -1,213 +1,37 @@
-"""Co-divide (NCR/LNC): per-sample losses over the whole training set, GMM clean
-probabilities, the clean/noisy split, and LNC's Randomly Noise Abandon.
+"""The co-divide callback of NCR/LNC: at the end of every training epoch, divide the
+training set for the next epoch (LNC Eq. 1-3 and 7; spec 4.2.3-4.2.5).
 
-LNC Eq. 1-3 and 7, Alg. 1; spec 4.2.3-4.2.5. The computation runs at the start of an epoch
-(when the epoch's batch plan is built), in eval mode without gradients. Under DDP each rank
-computes the losses of whole batches dealt to it, the per-sample losses are gathered **by
-dataset index**, and the GMM is fitted on every rank on identical input; rank 0's
-probabilities are then broadcast so that every rank holds bit-identical divisions.
+The computation is :func:`ncl.training.division.compute_division`; the method owns the
+result (``module.division``, part of its checkpointed training state) and says which epochs
+need one (:meth:`~ncl.methods.ncr.NCR.prepare_division`). Dividing at the end of epoch
+``e`` for epoch ``e + 1`` uses exactly the weights the official code divides with at the
+start of ``e + 1`` (nothing changes them in between), and it runs before the checkpoint
+callbacks (Lightning calls monitoring callbacks last), so the checkpoint written at the end
+of an epoch already holds the next epoch's division: a resumed run builds its first batch
+plan from it. When no division is ready for an epoch (the first co-training epoch without
+warm-up, a checkpoint written mid-epoch), the method computes it when it builds that epoch's
+plan, from the same weights and seeds, so the result is the same either way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import lightning as L
-import numpy as np
-import torch
-from torch import Tensor, nn
-from torch.utils.data import Dataset
-
-from ncl.training.distributed import broadcast_
-from ncl.training.passes import PerSampleFn, eval_mode, local_values, per_sample_pass
-from ncl.training.plans import division_batches
-from ncl.division import (
-    CleanRule,
-    gmm_clean_probability,
-    noise_abandon_mask,
-    split_by_probability,
-)
-from ncl.losses import triplet_loss
 
 
-@dataclass
-class Division:
-    """The division made at the start of one epoch.
+class DividingMethod(Protocol):
+    """What :class:`CoDivide` needs from a method."""
 
-    Attributes:
-        epoch: the (Lightning) epoch it was made for.
-        losses: ``(K, N)`` raw per-sample losses of each network (spec 4.2.4).
-        prob: ``(K, N)`` clean probability ``w`` from each network's losses (LNC Eq. 3).
-        clean: ``(K, N)`` bool predicted-clean masks (threshold + official fallback).
-        keep: ``(N,)`` bool warm-up keep mask of Randomly Noise Abandon, or ``None``.
-    """
-
-    epoch: int
-    losses: Tensor
-    prob: Tensor
-    clean: Tensor
-    keep: Tensor | None = None
-
-    def state(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "losses": self.losses, "prob": self.prob,
-                "clean": self.clean, "keep": self.keep}
-
-
-def mean_hinge(margin: float) -> PerSampleFn:
-    """NCR's per-sample "eval_loss" (spec 4.2.1, 4.2.4) as a per-sample function:
-    ``l_i = mean_j C_s[i, j] + mean_r C_im[r, i]`` over the whole batch, zero diagonal included."""
-    def fn(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-        sims = net(batch["images"], batch["tokens"], batch["lengths"])  # (B, B)
-        return triplet_loss(sims.float(), margin=margin, negatives="mean")  # (B,)
-    return fn
-
-
-@torch.no_grad()
-def local_losses(net: nn.Module, pairs: Dataset, batches: Sequence[np.ndarray],
-                 device: torch.device, margin: float = 0.2, num_workers: int = 0) -> tuple[Tensor, Tensor]:
-    """Per-sample mean hinge of ``net`` (eval mode) over the given batches.
-
-    Returns:
-        ``(index, loss)``: ``(n,)`` int64 dataset indices and ``(n,)`` float32 losses, on
-        ``device``.
-    """
-    return local_values(net, pairs, batches, mean_hinge(margin), device, num_workers)
-
-
-def division_losses(nets: Sequence[nn.Module], pairs: Dataset, batch_size: int, seed: int,
-                    epoch: int, device: torch.device, margin: float = 0.2, shuffle: bool = True,
-                    rank: int = 0, world: int = 1, num_workers: int = 0) -> Tensor:
-    """Per-sample losses of every network over the whole training set, gathered by index.
-
-    Each network gets its own shuffle (the official code iterates its shuffled loader once
-    per network). Batches are formed globally and dealt whole to ranks, so the result is the
-    same for any number of processes (:func:`ncl.training.plans.division_batches`).
-
-    Args:
-        nets: the networks (their train/eval modes are restored afterwards).
-        pairs: the noisy training pairs (items as :class:`~ncl.data.datasets.PairDataset`).
-        batch_size: batch size of the loss pass (the training batch size, as the official).
-        seed, epoch: seed of the shuffles.
-        device: where the networks live.
-        margin: the hinge margin (0.2).
-        shuffle: shuffled batches (official) or index order.
-        rank, world: DDP position (collectives only when ``world > 1``).
-        num_workers: DataLoader workers for reading the pairs.
-
-    Returns:
-        ``(K, N)`` float32 on ``device``, identical on every rank.
-    """
-    n = len(pairs)
-    batches = [division_batches(n, batch_size, seed, epoch, k, shuffle, rank, world)
-               for k in range(len(nets))]
-    return per_sample_pass(nets, pairs, batches, mean_hinge(margin), device, num_workers)
-
-
-def divide(losses: Tensor, threshold: float = 0.5, clean_rule: CleanRule = "greater",
-           gmm_seed: int | None = 0, max_iter: int = 10, tol: float = 1e-2,
-           reg_covar: float = 5e-4) -> tuple[Tensor, Tensor]:
-    """GMM clean probability and predicted-clean mask of every network's losses.
-
-    Args:
-        losses: ``(K, N)`` per-sample losses.
-        threshold, clean_rule: the co-divide threshold (0.5, official ``>``).
-        gmm_seed, max_iter, tol, reg_covar: the GMM (official 10 / 1e-2 / 5e-4, spec 4.2.4).
-
-    Returns:
-        ``(prob, clean)``, each ``(K, N)`` (float32 and bool), on the device of ``losses``.
-    """
-    probs = torch.stack([gmm_clean_probability(row, max_iter, tol, reg_covar, gmm_seed).float()
-                         for row in losses])
-    broadcast_(probs)  # bit-identical divisions on every rank, whatever BLAS did
-    clean = torch.stack([split_by_probability(p, threshold, clean_rule) for p in probs])
-    return probs, clean
+    def prepare_division(self, epoch: int) -> None:
+        """Make ``module.division`` hold epoch ``epoch``'s division if that epoch needs one."""
 
 
 class CoDivide(L.Callback):
-    """Holds the current division and (re)computes it once per epoch when asked.
+    """Divides the training set for the next epoch, at the end of every training epoch."""
 
-    The method asks for the division of epoch ``e`` while it builds that epoch's batches
-    (:meth:`division_for`); a division already stored for ``e`` (e.g. restored from a
-    mid-epoch checkpoint) is reused, so a resumed run samples exactly what the original run
-    sampled. The last division lives in the checkpoint (``state_dict``).
-
-    Args:
-        margin: margin of the per-sample losses (0.2).
-        p_threshold: co-divide threshold on the clean probability (0.5).
-        clean_rule: ``greater`` (official ``w > t``) or ``greater_equal`` (LNC Alg. 1).
-        gmm_seed: ``random_state`` of the GMM; ``None`` draws from numpy's global RNG as the
-            official code does (then only rank 0's fit is used under DDP).
-        gmm_max_iter, gmm_tol, gmm_reg_covar: GMM settings (10, 1e-2, 5e-4; spec 4.2.4).
-        shuffle: per-sample losses over shuffled batches (official) or in index order.
-        batch_size: batch size of the loss pass; ``None`` uses the DataModule's.
-        seed: seed of the shuffles and of the noise-abandon draw.
-        noise_abandon: compute the Randomly Noise Abandon keep mask (LNC Eq. 7).
-        abandon_fraction: fraction of the doubly-noisy pairs dropped (0.5).
-        abandon_threshold: a pair is noisy for a network when ``w < abandon_threshold``.
-    """
-
-    def __init__(self, margin: float = 0.2, p_threshold: float = 0.5,
-                 clean_rule: CleanRule = "greater", gmm_seed: int | None = 0,
-                 gmm_max_iter: int = 10, gmm_tol: float = 1e-2, gmm_reg_covar: float = 5e-4,
-                 shuffle: bool = True, batch_size: int | None = None, seed: int = 0,
-                 noise_abandon: bool = False, abandon_fraction: float = 0.5,
-                 abandon_threshold: float = 0.5) -> None:
-        if not 0.0 <= p_threshold <= 1.0:
-            raise ValueError(f"p_threshold must lie in [0, 1], got {p_threshold}")
-        if not 0.0 <= abandon_fraction <= 1.0:
-            raise ValueError(f"abandon_fraction must lie in [0, 1], got {abandon_fraction}")
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.margin, self.p_threshold, self.clean_rule = margin, p_threshold, clean_rule
-        self.gmm_seed, self.gmm_max_iter, self.gmm_tol = gmm_seed, gmm_max_iter, gmm_tol
-        self.gmm_reg_covar, self.shuffle, self.batch_size, self.seed = gmm_reg_covar, shuffle, batch_size, seed
-        self.noise_abandon, self.abandon_fraction = noise_abandon, abandon_fraction
-        self.abandon_threshold = abandon_threshold
-        self.division: Division | None = None
-
-    # ------------------------------------------------------------------ computation
-    def compute(self, nets: Sequence[nn.Module], pairs: Dataset, batch_size: int, epoch: int,
-                device: torch.device, rank: int = 0, world: int = 1, num_workers: int = 0,
-                abandon: bool = False) -> Division:
-        """Run the loss pass, the GMM, the split and (if ``abandon``) the RNA draw."""
-        losses = division_losses(nets, pairs, self.batch_size or batch_size, self.seed, epoch,
-                                 device, self.margin, self.shuffle, rank, world, num_workers)
-        prob, clean = divide(losses, self.p_threshold, self.clean_rule, self.gmm_seed,
-                             self.gmm_max_iter, self.gmm_tol, self.gmm_reg_covar)
-        keep = self.abandon_mask(prob, epoch) if abandon else None
-        self.division = Division(epoch, losses.cpu(), prob.cpu(), clean.cpu(),
-                                 None if keep is None else keep.cpu())
-        return self.division
-
-    def abandon_mask(self, prob: Tensor, epoch: int) -> Tensor:
-        """Randomly Noise Abandon keep mask from two networks' probabilities (LNC Eq. 7).
-
-        The draw uses a generator seeded by ``(seed, epoch)``: the same on every rank and
-        after a resume.
-        """
-        if prob.shape[0] != 2:
-            raise ValueError(f"noise abandon needs two networks' probabilities, got {prob.shape[0]}")
-        noisy = prob.cpu() < self.abandon_threshold  # (2, N), strict as Eq. 7
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        return noise_abandon_mask(noisy[0], noisy[1], self.abandon_fraction, generator=generator)
-
-    def division_for(self, module: L.LightningModule, epoch: int, abandon: bool = False) -> Division:
-        """The division for ``epoch``: the stored one if it was made for ``epoch``, else a new one."""
-        if self.division is not None and self.division.epoch == epoch and (
-                not abandon or self.division.keep is not None):
-            return self.division
-        trainer = module.trainer
-        dm = trainer.datamodule
-        return self.compute(list(module.nets), dm.train_pairs(), dm.batch_size, epoch,
-                            module.device, trainer.global_rank, trainer.world_size,
-                            getattr(dm, "num_workers", 0), abandon)
-
-    # ------------------------------------------------------------------ checkpointing
-    def state_dict(self) -> dict[str, Any]:
-        return {"division": None if self.division is None else self.division.state()}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        saved = state_dict.get("division")
-        self.division = None if saved is None else Division(**saved)
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        following = trainer.current_epoch + 1
+        if trainer.max_epochs is not None and 0 <= trainer.max_epochs <= following:
+            return  # no next epoch to divide for
+        pl_module.prepare_division(following)  # type: ignore[attr-defined]

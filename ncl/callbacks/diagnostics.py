@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ncl.callbacks.co_divide import CoDivide, Division
+from ncl.training.division import Division
 from ncl.division import minmax_normalize
 from ncl.metrics.noise_detection import detection_metrics
 
@@ -123,19 +123,20 @@ def plot_division(division: Division, names: Sequence[str], path: Path,
 class DivisionDiagnostics(L.Callback):
     """Logs :func:`division_stats` and (optionally) saves :func:`plot_division` figures.
 
-    Runs at the start of every epoch whose batches came from a fresh division, after the
-    method built them. Figures go to ``<run dir>/figures/division_epoch<e>.png`` (rank 0).
+    Runs at the start of every epoch that has a division (``module.division`` made for it),
+    reading the division from the module. Figures go to
+    ``<run dir>/figures/division_epoch<e>.png`` (rank 0).
 
     Args:
-        co_divide: the callback that holds the division.
         figure: save the histogram figure (about a second per epoch on large sets).
+        gmm_seed: seed of the GMM refit drawn in the figure (the division's own).
     """
 
-    def __init__(self, co_divide: CoDivide, figure: bool = False) -> None:
-        self.co_divide, self.figure = co_divide, figure
+    def __init__(self, figure: bool = False, gmm_seed: int | None = 0) -> None:
+        self.figure, self.gmm_seed = figure, gmm_seed
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        division = self.co_divide.division
+        division = getattr(pl_module, "division", None)
         if division is None or division.epoch != trainer.current_epoch:
             return
         true_clean = _ground_truth(trainer, division.clean.shape[1])
@@ -146,7 +147,7 @@ class DivisionDiagnostics(L.Callback):
         if self.figure and trainer.is_global_zero:
             out = Path(trainer.log_dir or trainer.default_root_dir) / "figures"
             plot_division(division, names, out / f"division_epoch{division.epoch:03d}.png",
-                          true_clean, self.co_divide.gmm_seed)
+                          true_clean, self.gmm_seed)
 
 
 def _ground_truth(trainer: L.Trainer, num_samples: int) -> Tensor | None:

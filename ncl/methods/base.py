@@ -51,7 +51,7 @@ class RetrievalMethod(L.LightningModule):
 
     network_names: tuple[str, ...] = ("net",)
 
-    def __init__(self, vocab_size: int, backbone: BackboneFactory,
+    def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
                  grad_clip: float = 2.0, eval_shard_size: int = 1000, n_networks: int = 1) -> None:
         super().__init__()
@@ -140,13 +140,28 @@ class RetrievalMethod(L.LightningModule):
         if not self.automatic_optimization:
             self.apply_lr_factor()
 
+    def training_state(self) -> dict[str, Any]:
+        """The method's per-sample and schedule state (divisions, soft labels, targets):
+        saved with every checkpoint, identical on every rank. Stateless methods have none."""
+        return {}
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`training_state` returned."""
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["ncl_training_seed"] = self.training_seed
+        state = self.training_state()
+        if state:
+            checkpoint["ncl_training_state"] = state
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # A resumed run keeps its seed even if the config's seed_everything was ``true``.
         if "ncl_training_seed" in checkpoint:
             self._training_seed = int(checkpoint["ncl_training_seed"])
+        if "ncl_training_state" in checkpoint:
+            self.load_training_state(checkpoint["ncl_training_state"])
+        elif checkpoint.get("callbacks"):  # older checkpoints kept the state in callbacks
+            self.load_training_state({"legacy_callbacks": checkpoint["callbacks"]})
 
     # ------------------------------------------------------------------ helpers
     def batch_similarity(self, batch: dict[str, Tensor], net: nn.Module | None = None) -> Tensor:

@@ -24,10 +24,11 @@ from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
 class _Baseline(RetrievalMethod):
     """Shared ``clean_only`` handling."""
 
-    def __init__(self, vocab_size: int, backbone: BackboneFactory,
+    def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
                  grad_clip: float = 2.0, eval_shard_size: int = 1000, clean_only: bool = False) -> None:
-        super().__init__(vocab_size, backbone, optimizer, lr_update, grad_clip, eval_shard_size)
+        super().__init__(vocab_size=vocab_size, backbone=backbone, optimizer=optimizer, lr_update=lr_update,
+                         grad_clip=grad_clip, eval_shard_size=eval_shard_size)
         self.clean_only = clean_only
         self._clean: Tensor | None = None
 
@@ -68,12 +69,14 @@ class Triplet(_Baseline):
             ("SGR*" uses a few epochs of warm-up with hardest negatives afterwards).
     """
 
-    def __init__(self, vocab_size: int, backbone: BackboneFactory,
+    def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
                  grad_clip: float = 2.0, eval_shard_size: int = 1000, clean_only: bool = False,
                  margin: float = 0.2, negatives: Literal["hardest", "sum"] = "hardest",
                  warmup_epochs: int = 0) -> None:
-        super().__init__(vocab_size, backbone, optimizer, lr_update, grad_clip, eval_shard_size, clean_only)
+        super().__init__(vocab_size=vocab_size, backbone=backbone, optimizer=optimizer, lr_update=lr_update,
+                         grad_clip=grad_clip, eval_shard_size=eval_shard_size,
+                         clean_only=clean_only)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
 
     def loss(self, sims: Tensor) -> Tensor:
@@ -85,11 +88,13 @@ class Triplet(_Baseline):
 class InfoNCE(_Baseline):
     """Symmetric InfoNCE with temperature ``tau``; mean over the batch."""
 
-    def __init__(self, vocab_size: int, backbone: BackboneFactory,
+    def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
                  grad_clip: float = 2.0, eval_shard_size: int = 1000, clean_only: bool = False,
                  tau: float = 0.05) -> None:
-        super().__init__(vocab_size, backbone, optimizer, lr_update, grad_clip, eval_shard_size, clean_only)
+        super().__init__(vocab_size=vocab_size, backbone=backbone, optimizer=optimizer, lr_update=lr_update,
+                         grad_clip=grad_clip, eval_shard_size=eval_shard_size,
+                         clean_only=clean_only)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
 
     def loss(self, sims: Tensor) -> Tensor:

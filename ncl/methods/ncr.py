@@ -7,8 +7,8 @@ One class, :class:`NCR`; LNC is the same class with ``momentum_regularization`` 
 Epochs ``0 .. warmup_epochs - 1`` are warm-up: each network makes one pass over its own
 shuffle of the (noise-abandoned) training set with the summed mean-hinge triplet loss
 (+ lambda * momentum regulariser). Every later epoch starts with co-divide (per-sample
-losses, GMM, split; :class:`~ncl.callbacks.co_divide.CoDivide`), then network A trains on
-B's division, then B on A's: labelled batches from the peer's clean set with rectified
+losses, GMM, split; made by :class:`~ncl.callbacks.co_divide.CoDivide` at the end of the
+previous epoch), then network A trains on B's division, then B on A's: labelled batches from the peer's clean set with rectified
 labels ``w*1 + (1-w)*P`` (Eq. 8), unlabelled batches from the peer's noisy set with
 ``(P^A + P^B)/2``, each recast into soft margins (Eq. 11) of the hardest-negative triplet
 (Eq. 10). Test/validation average the two networks' similarity matrices (spec 4.2.9).
@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Literal
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
@@ -34,6 +34,8 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from ncl.callbacks.co_divide import CoDivide
+from ncl.training.division import Division, DivisionConfig, compute_division
+from ncl.training.state import PerSampleState
 from ncl.callbacks.diagnostics import DivisionDiagnostics
 from ncl.training.distributed import average_gradients
 from ncl.callbacks.momentum import MomentumTargets
@@ -148,7 +150,7 @@ class NCR(RetrievalMethod):
         loss_figure: also save a per-sample loss histogram + GMM figure per division.
     """
 
-    def __init__(self, vocab_size: int, backbone: BackboneFactory,
+    def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
                  grad_clip: float = 2.0, eval_shard_size: int = 1000, warmup_epochs: int = 5,
                  margin: float = 0.2, soft_margin: RecastKind = "exponential",
@@ -162,23 +164,72 @@ class NCR(RetrievalMethod):
                  mr_detach_normalizer: bool = True, noise_abandon: bool = False,
                  abandon_fraction: float = 0.5, seed: int = 0,
                  diagnostics: bool = True, loss_figure: bool = False) -> None:
-        super().__init__(vocab_size, backbone, optimizer, lr_update, grad_clip, eval_shard_size,
+        super().__init__(vocab_size=vocab_size, backbone=backbone, optimizer=optimizer, lr_update=lr_update,
+                         grad_clip=grad_clip, eval_shard_size=eval_shard_size,
                          n_networks=2)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
         _check_args(warmup_epochs, margin, soft_margin, soft_margin_base, ncr_margin_mode,
                     prediction_form, unlabelled_start, unlabelled_update, mr_momentum, mr_weight,
                     mr_reduction, abandon_fraction)
         self.automatic_optimization = False
-        self.co_divide = CoDivide(margin=margin, p_threshold=p_threshold, clean_rule=clean_rule,
-                                  gmm_seed=gmm_seed, shuffle=division_shuffle, seed=seed,
-                                  noise_abandon=noise_abandon, abandon_fraction=abandon_fraction)
-        self.momentum = MomentumTargets(mr_momentum, 2) if momentum_regularization else None
-        self.diagnostics = DivisionDiagnostics(self.co_divide, loss_figure) if diagnostics else None
+        self.division_config = DivisionConfig(
+            margin=margin, p_threshold=p_threshold, clean_rule=clean_rule, gmm_seed=gmm_seed,
+            shuffle=division_shuffle, seed=seed, abandon_fraction=abandon_fraction)
+        # Training state (checkpointed with the method, identical on every rank):
+        self.division: Division | None = None  # the latest division (for ``division.epoch``)
+        self.momentum_targets = PerSampleState(2, fill=1.0) if momentum_regularization else None
 
     # ------------------------------------------------------------------ Lightning wiring
     def configure_callbacks(self) -> list[L.Callback]:
-        """The division, momentum and diagnostics callbacks this method depends on."""
-        return [cb for cb in (self.co_divide, self.momentum, self.diagnostics) if cb is not None]
+        """The callbacks this method depends on: co-divide at every epoch end, the momentum
+        targets' update after every step (LNC), and the division diagnostics."""
+        hp = self.hparams
+        callbacks: list[L.Callback] = [CoDivide()]
+        if self.momentum_targets is not None:
+            callbacks.append(MomentumTargets(hp.mr_momentum))
+        if hp.diagnostics:
+            callbacks.append(DivisionDiagnostics(hp.loss_figure, hp.gmm_seed))
+        return callbacks
+
+    # ------------------------------------------------------------------ training state
+    def division_kind(self, epoch: int) -> Literal["divide", "abandon"] | None:
+        """What ``epoch`` needs: a co-divide (co-training), LNC's abandon mask (warm-up
+        epochs >= 1 with Randomly Noise Abandon), or nothing."""
+        hp = self.hparams
+        if epoch >= hp.warmup_epochs:
+            return "divide"
+        return "abandon" if hp.noise_abandon and epoch >= 1 else None
+
+    def prepare_division(self, epoch: int) -> None:
+        """Make ``self.division`` epoch ``epoch``'s division if the epoch needs one and it is
+        not already there (called by :class:`~ncl.callbacks.co_divide.CoDivide` at the end of
+        the previous epoch, and by the batch plan as a fallback)."""
+        kind = self.division_kind(epoch)
+        have = self.division is not None and self.division.epoch == epoch
+        if kind is None or (have and (kind == "divide" or self.division.keep is not None)):
+            return
+        trainer = self.trainer
+        dm = trainer.datamodule
+        self.division = compute_division(
+            self.division_config, list(self.nets), dm.train_pairs(), dm.batch_size, epoch,
+            self.device, trainer.global_rank, trainer.world_size, getattr(dm, "num_workers", 0),
+            abandon=kind == "abandon")
+
+    def training_state(self) -> dict[str, Any]:
+        return {"division": None if self.division is None else self.division.state(),
+                "momentum_targets": None if self.momentum_targets is None
+                else self.momentum_targets.state_dict()}
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        callbacks = state.get("legacy_callbacks") or {}  # checkpoints of ncl <= 0.1's callbacks
+        if "division" not in state and "CoDivide" in callbacks:
+            state = {"division": callbacks["CoDivide"].get("division"),
+                     "momentum_targets": ({"values": callbacks["MomentumTargets"]["gamma"]}
+                                          if "MomentumTargets" in callbacks else None)}
+        saved = state.get("division")
+        self.division = None if saved is None else Division(**saved)
+        if self.momentum_targets is not None and state.get("momentum_targets") is not None:
+            self.momentum_targets.load_state_dict(state["momentum_targets"])
 
     def setup(self, stage: str) -> None:
         """For ``fit``: take over the DataModule's training loader (see module docstring)."""
@@ -192,6 +243,8 @@ class NCR(RetrievalMethod):
         # A new plan (and division) every epoch: the loader must be rebuilt every epoch.
         self.trainer.reload_dataloaders_every_n_epochs = 1
         dm.use_train_plan(self.co_teaching_dataloader)
+        if self.momentum_targets is not None and not self.momentum_targets.ready:
+            self.momentum_targets.reset(len(dm.train_pairs()))  # gamma^0 = 1 (a resume overwrites)
 
     def teardown(self, stage: str) -> None:
         dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
@@ -233,11 +286,12 @@ class NCR(RetrievalMethod):
         if self.in_warmup:
             pool = np.arange(len(pairs))
             if hp.noise_abandon and epoch >= 1:  # LNC Alg. 1 l. 6-9: from the 2nd warm-up epoch
-                keep = self.co_divide.division_for(self, epoch, abandon=True).keep
-                pool = np.flatnonzero(keep.numpy())
+                self.prepare_division(epoch)
+                pool = np.flatnonzero(self.division.keep.numpy())
             steps = warmup_plan([pool, pool], dm.batch_size, hp.seed, epoch, **where)
         else:
-            division = self.co_divide.division_for(self, epoch)
+            self.prepare_division(epoch)
+            division = self.division
             needs_unlabelled = self.unlabelled_loss_on() or hp.soft_margin == "sigmoid"
             steps = cotrain_plan([c.numpy() for c in division.clean], dm.batch_size, hp.seed,
                                  epoch, with_unlabelled=needs_unlabelled, **where)
@@ -260,28 +314,35 @@ class NCR(RetrievalMethod):
         return kept
 
     # ------------------------------------------------------------------ training
-    def training_step(self, batch: dict, batch_idx: int) -> None:
+    def training_step(self, batch: dict, batch_idx: int) -> dict[str, Any] | None:
         k = int(batch["net"])
         if self.in_warmup:
-            self.warmup_step(k, batch["labelled"])
-        else:
-            self.cotrain_step(k, batch["labelled"], batch.get("unlabelled"))
+            return self.warmup_step(k, batch["labelled"])
+        self.cotrain_step(k, batch["labelled"], batch.get("unlabelled"))
+        return None
 
-    def warmup_step(self, k: int, batch: Batch) -> None:
-        """Summed mean-hinge triplet (spec 4.2.1 "warmup") + lambda * MR (LNC Eq. 4-6)."""
+    def warmup_step(self, k: int, batch: Batch) -> dict[str, Any] | None:
+        """Summed mean-hinge triplet (spec 4.2.1 "warmup") + lambda * MR (LNC Eq. 4-6).
+
+        Returns:
+            With LNC's regulariser, ``{"momentum_update": (k, index, P)}``: the targets move
+            after the step (:class:`~ncl.callbacks.momentum.MomentumTargets`).
+        """
         hp = self.hparams
         sims = self.batch_similarity(batch, self.nets[k])  # (B, B)
         loss = triplet_loss(sims, hp.margin, negatives="mean").sum()
         logs = {"warmup_triplet": loss.detach()}
-        if self.momentum is not None:
+        output = None
+        if self.momentum_targets is not None:
             pred = mr_prediction(sims, hp.margin, hp.prediction_form, hp.mr_detach_normalizer)
-            mr = momentum_regularizer(pred, self.momentum.targets(k, batch["index"]))
+            mr = momentum_regularizer(pred, self.momentum_targets.get(k, batch["index"]))
             mr = mr.sum() if hp.mr_reduction == "sum" else mr.mean()
             loss = loss + hp.mr_weight * mr
-            self.momentum.update(k, batch["index"], pred)
+            output = {"momentum_update": (k, batch["index"], pred.detach())}
             logs["warmup_mr"] = mr.detach()
         self.optimize(k, loss)
         self.log_net(k, logs, sims.shape[0])
+        return output
 
     def rectified_targets(self, k: int, labelled: Batch, unlabelled: Batch | None
                           ) -> tuple[Tensor, Tensor | None]:
@@ -293,7 +354,7 @@ class NCR(RetrievalMethod):
         """
         hp = self.hparams
         net, peer = self.nets[k], self.nets[1 - k]
-        w = self.co_divide.division.prob[1 - k][labelled["index"].cpu()].to(self.device)  # peer's
+        w = self.division.prob[1 - k][labelled["index"].cpu()].to(self.device)  # peer's
         with torch.no_grad(), eval_mode(net, peer):
             p_l = memorization_prediction(self.batch_similarity(labelled, net), hp.margin,
                                           hp.prediction_form)

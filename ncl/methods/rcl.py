@@ -48,14 +48,15 @@ class RCL(RetrievalMethod):
             (0, 1) and the single-negative ablations).
     """
 
-    def __init__(self, vocab_size: int, backbone: BackboneFactory,
+    def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = rcl_optimizer, lr_update: int = 30,
                  grad_clip: float = 2.0, eval_shard_size: int = 1000, tau: float = 0.05,
                  loss: Literal["log", "exp", "gce", "tan", "mae"] = "log", q: float = 0.2,
                  negative_ratio: float = -1.0, eps: float = 1e-10,
                  ablation: Literal["none", "tr", "tr_hn", "cl", "nl", "mae_single"] = "none",
                  margin: float = 0.2, seed: int = 0) -> None:
-        super().__init__(vocab_size, backbone, optimizer, lr_update, grad_clip, eval_shard_size)
+        super().__init__(vocab_size=vocab_size, backbone=backbone, optimizer=optimizer, lr_update=lr_update,
+                         grad_clip=grad_clip, eval_shard_size=eval_shard_size)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
         self._generator: torch.Generator | None = None
 

@@ -88,9 +88,10 @@ def ddp_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     """One gloo process: division, gradient averaging and momentum sync; saves its results."""
     import torch.distributed as dist
 
-    from ncl.callbacks.co_divide import divide, division_losses
+    from ncl.training.division import divide, division_losses
     from ncl.training.distributed import average_gradients
-    from ncl.callbacks.momentum import MomentumTargets
+    from ncl.division import momentum_update
+    from ncl.training.state import PerSampleState
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -107,12 +108,13 @@ def ddp_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         x = torch.full((4, 3), float(rank + 1))
         lin(x).pow(2).sum().backward()
         average_gradients(lin)
-        mom = MomentumTargets(0.5, 1)
+        mom = PerSampleState(1, fill=1.0)
         mom.reset(4)
-        mom.update(0, torch.tensor([rank, 2]), torch.tensor([0.0, float(rank)]))
+        mom.scatter(0, torch.tensor([rank, 2]), torch.tensor([0.0, float(rank)]),
+                    lambda old, new: momentum_update(old, new, 0.5))
         torch.save({"losses": losses, "prob": prob, "clean": clean, "grad": lin.weight.grad,
                     "prob_global": prob_global,
-                    "gamma": mom.gamma}, f"{out_dir}/rank{rank}.pt")
+                    "gamma": mom.values}, f"{out_dir}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from callbacks.ncr_fakes import bimodal_losses
 
-from ncl.callbacks.co_divide import Division, divide
+from ncl.training.division import Division, divide
 from ncl.callbacks.diagnostics import division_stats, plot_division
 
 

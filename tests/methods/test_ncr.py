@@ -8,13 +8,14 @@ import pytest
 import torch
 from callbacks.ncr_fakes import SgrafPairs
 
-from ncl.callbacks.co_divide import Division
+from ncl.callbacks.momentum import MomentumTargets
 from ncl.data.datasets import collate
 from ncl.division import memorization_prediction
 from ncl.errors import ConfigError
 from ncl.losses import soft_margin_triplet_loss, triplet_loss
 from ncl.methods.ncr import NCR, lr_factor, mr_prediction, psi4_boundary
 from ncl.models.sgraf import SGRAF
+from ncl.training.division import Division
 
 
 def _backbone(vocab: int) -> SGRAF:
@@ -34,7 +35,7 @@ def _batch(indices: list[int]) -> dict[str, torch.Tensor]:
 
 def _with_division(model: NCR, prob_a: float, prob_b: float, n: int = 20) -> None:
     prob = torch.tensor([[prob_a] * n, [prob_b] * n])
-    model.co_divide.division = Division(0, torch.zeros(2, n), prob, prob > 0.5)
+    model.division = Division(0, torch.zeros(2, n), prob, prob > 0.5)
 
 
 def _eval_prediction(net: torch.nn.Module, batch: dict) -> torch.Tensor:
@@ -155,18 +156,20 @@ def test_warmup_step_with_momentum_regularisation(reduction: str) -> None:
     model = _model(momentum_regularization=True, mr_momentum=0.75, mr_weight=2.0,
                    mr_reduction=reduction)
     model.train()
-    model.momentum.reset(20)
+    model.momentum_targets.reset(20)
     rec = _Recorder(model, False)
     batch = _batch([2, 5, 11, 13, 17])
-    model.warmup_step(0, batch)
+    output = model.warmup_step(0, batch)
+    MomentumTargets(0.75).on_train_batch_end(None, model, output, batch, 0)  # after the step
     sims = model.nets[0](batch["images"], batch["tokens"], batch["lengths"])
     pred = memorization_prediction(sims).detach()
     mr = (pred - 1) ** 2  # gamma^0 = 1
     expected = triplet_loss(sims, 0.2, "mean").sum().detach() + 2.0 * (
         mr.sum() if reduction == "sum" else mr.mean())
     torch.testing.assert_close(rec.losses[0][1], expected)
-    torch.testing.assert_close(model.momentum.gamma[0, [2, 5, 11, 13, 17]], 0.75 + 0.25 * pred)
-    assert torch.equal(model.momentum.gamma[1], torch.ones(20))  # B's targets untouched
+    gamma = model.momentum_targets.values
+    torch.testing.assert_close(gamma[0, [2, 5, 11, 13, 17]], 0.75 + 0.25 * pred)
+    assert torch.equal(gamma[1], torch.ones(20))  # B's targets untouched
 
 
 @pytest.mark.parametrize("form", ["hinge", "linear"])

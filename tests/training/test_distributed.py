@@ -9,7 +9,7 @@ import torch
 import torch.multiprocessing as mp
 from callbacks.ncr_fakes import SgrafPairs, ddp_worker, tiny_sgraf
 
-from ncl.callbacks.co_divide import divide, division_losses
+from ncl.training.division import divide, division_losses
 from ncl.training.distributed import all_gather_rows, broadcast_, gather_by_index
 
 

@@ -1,4 +1,4 @@
-"""Co-divide callback pieces (ncl.callbacks.co_divide; spec 4.2.3-4.2.5, LNC Eq. 1-3, 7)."""
+"""Co-divide computations (ncl.training.division; spec 4.2.3-4.2.5, LNC Eq. 1-3, 7)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,16 @@ import pytest
 import torch
 from callbacks.ncr_fakes import BilinearNet, FakePairs, bimodal_losses, naive_mean_hinge
 
-from ncl.callbacks.co_divide import CoDivide, Division, divide, division_losses, eval_mode, local_losses
+from ncl.training.division import (
+    Division,
+    DivisionConfig,
+    abandon_mask,
+    compute_division,
+    divide,
+    division_losses,
+    local_losses,
+)
+from ncl.training.passes import eval_mode
 from ncl.training.plans import division_batches
 from ncl.division import gmm_clean_probability, split_by_probability
 
@@ -66,57 +75,29 @@ def test_abandon_mask_drops_half_of_doubly_noisy() -> None:
     prob = torch.tensor([[0.1, 0.2, 0.9, 0.3, 0.4, 0.05, 0.7],
                          [0.2, 0.1, 0.1, 0.9, 0.3, 0.45, 0.2]])
     both = [0, 1, 4, 5]  # < 0.5 for both networks (Eq. 7)
-    cb = CoDivide(noise_abandon=True, seed=7)
-    keep = cb.abandon_mask(prob, epoch=1)
+    config = DivisionConfig(seed=7)
+    keep = abandon_mask(prob, 1, config)
     assert int((~keep).sum()) == 2 and set(np.flatnonzero(~keep.numpy())) <= set(both)
-    assert torch.equal(keep, cb.abandon_mask(prob, epoch=1))  # same epoch, same draw
-    draws = {tuple(cb.abandon_mask(prob, epoch=e).tolist()) for e in range(1, 12)}
+    assert torch.equal(keep, abandon_mask(prob, 1, config))  # same epoch, same draw
+    draws = {tuple(abandon_mask(prob, e, config).tolist()) for e in range(1, 12)}
     assert len(draws) > 1
 
 
-class _Counting(CoDivide):
-    calls = 0
-
-    def compute(self, *args, **kwargs):  # noqa: ANN002, ANN003 - records the call only
-        self.calls += 1
-        self.division = Division(args[3], torch.zeros(2, 4), torch.ones(2, 4),
-                                 torch.ones(2, 4, dtype=torch.bool))
-        return self.division
-
-
-class _FakeModule:
-    def __init__(self) -> None:
-        dm = type("DM", (), {"train_pairs": lambda self: FakePairs(4), "batch_size": 2})()
-        self.trainer = type("T", (), {"datamodule": dm, "global_rank": 0, "world_size": 1})()
-        self.nets, self.device = [BilinearNet(), BilinearNet(1)], torch.device("cpu")
-
-
-def test_division_for_reuses_the_stored_division_of_the_same_epoch() -> None:
-    cb, module = _Counting(), _FakeModule()
-    cb.division_for(module, 3)
-    cb.division_for(module, 3)
-    assert cb.calls == 1
-    cb.division_for(module, 4)
-    assert cb.calls == 2
-
-
-def test_state_dict_round_trip() -> None:
-    cb = CoDivide(noise_abandon=True)
-    cb.compute([BilinearNet(0), BilinearNet(1)], FakePairs(30), 8, epoch=2,
-               device=torch.device("cpu"), abandon=True)
-    state = cb.state_dict()
-    other = CoDivide()
-    other.load_state_dict(state)
+def test_compute_division_and_state_round_trip() -> None:
+    config = DivisionConfig()
+    division = compute_division(config, [BilinearNet(0), BilinearNet(1)], FakePairs(30), 8, epoch=2,
+                                device=torch.device("cpu"), abandon=True)
+    assert division.epoch == 2 and division.prob.shape == (2, 30) and division.keep.shape == (30,)
+    other = Division(**division.state())
     for key in ("losses", "prob", "clean", "keep"):
-        assert torch.equal(getattr(other.division, key), getattr(cb.division, key))
-    assert other.division.epoch == 2
-    empty = CoDivide()
-    empty.load_state_dict(CoDivide().state_dict())
-    assert empty.division is None
+        assert torch.equal(getattr(other, key), getattr(division, key))
+    again = compute_division(config, [BilinearNet(0), BilinearNet(1)], FakePairs(30), 8, epoch=2,
+                             device=torch.device("cpu"), abandon=True)
+    assert torch.equal(again.prob, division.prob) and torch.equal(again.keep, division.keep)
 
 
 def test_bad_arguments_raise() -> None:
     with pytest.raises(ValueError, match="p_threshold"):
-        CoDivide(p_threshold=1.5)
+        DivisionConfig(p_threshold=1.5)
     with pytest.raises(ValueError, match="abandon_fraction"):
-        CoDivide(abandon_fraction=-0.1)
+        DivisionConfig(abandon_fraction=-0.1)
