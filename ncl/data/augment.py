@@ -1,8 +1,10 @@
 """CRCL's training-time augmentation of captions and region features (spec 1.7).
 
-Pure functions of one sample; the caller passes a seeded ``numpy.random.Generator`` (one per
-DataLoader worker, derived from the run's seed), so the draws are reproducible, unlike the
-official Python ``random`` / global numpy streams (spec 7.1).
+Pure functions of one sample; the caller passes a seeded ``numpy.random.Generator``, so the
+draws are reproducible, unlike the official Python ``random`` / global numpy streams (spec 7.1).
+:class:`CaptionRegionAugment` wraps them as the DataModule's ``data.augment`` hook; the
+training set then hands it a generator of its own for every ``(seed, epoch, caption index)``
+(:func:`sample_rng`), so neither DataLoader workers nor a resume change what is drawn.
 
 **Caption** (:func:`augment_caption`). Every token of ``[<start>, w_1, ..., w_n, <end>]`` draws
 ``u ~ U(0, 1)``; with ``v = u / rate`` for ``u < rate`` (rate 0.2):
@@ -37,6 +39,7 @@ backbones add with ``add_mask_token=True`` (spec 1.4); CRCL configs must set it.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Literal, TypeVar
 
 import numpy as np
@@ -44,6 +47,7 @@ import torch
 from torch import Tensor
 
 from ncl.data.vocab import END, START
+from ncl.errors import ConfigError
 
 SpecialTokens = Literal["augment", "keep"]
 RandomIds = Literal["official", "words"]
@@ -222,3 +226,121 @@ def _like(out: np.ndarray, template: ArrayT) -> ArrayT:
     if isinstance(template, Tensor):
         return torch.from_numpy(np.ascontiguousarray(out)).to(template.device, template.dtype)
     return np.ascontiguousarray(out, dtype=template.dtype)
+
+
+# ---------------------------------------------------------------------------- the data hook
+#: Stream identifier of the per-sample augmentation draws; ``ncl.data.samplers`` uses 11-13.
+AUGMENT_STREAM = 14
+
+TrainItem = dict[str, object]
+"""One training pair as :class:`~ncl.data.datasets.PairDataset` returns it::
+
+    image   (R, D) float32 Tensor   region features of the paired image
+    tokens  (L,)   int64 Tensor     ``[<start>, ..., <end>]``
+    index   int                     the caption's index in the training split
+"""
+
+
+def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """The generator of one training sample's augmentation in one epoch.
+
+    A pure function of ``(seed, epoch, index)``: the same whichever DataLoader worker or DDP
+    rank reads the sample, and whether or not the run was resumed.
+
+    Args:
+        seed: the run's seed (``seed_everything``'s, kept in the checkpoint).
+        epoch: the training epoch, 0-based.
+        index: the caption's index in the training split.
+    """
+    return np.random.default_rng([int(seed), int(epoch), int(index), AUGMENT_STREAM])
+
+
+class Augmentation(ABC):
+    """A training-time augmentation of one ``(image, caption)`` pair: the ``data.augment`` hook.
+
+    Configured with ``class_path``/``init_args`` under ``data.init_args.augment``; applied to
+    the pairs of the DataModule's default training loader only (never to validation, test or
+    the per-sample passes over the training set). Subclasses draw every random number from
+    ``rng`` and nothing else, so an item is a pure function of ``(seed, epoch, index)``.
+    """
+
+    #: Whether the augmentation can emit the ``<mask>`` id ``V`` (the backbone then needs
+    #: ``add_mask_token: true``); the DataModule checks it before training.
+    uses_mask_token: bool = False
+
+    @abstractmethod
+    def __call__(self, item: TrainItem, rng: np.random.Generator, vocab_size: int) -> TrainItem:
+        """Return an augmented copy of ``item`` (the input is not modified).
+
+        Args:
+            item: see :data:`TrainItem`.
+            rng: the sample's own generator (:func:`sample_rng`).
+            vocab_size: V, the loaded vocabulary's size without ``<mask>`` (``<mask>`` is V).
+
+        Returns:
+            The same keys; ``image`` may have fewer rows (variable region counts are padded by
+            :func:`~ncl.data.datasets.collate`), ``tokens`` may be shorter, never empty.
+        """
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({args})"
+
+
+class CaptionRegionAugment(Augmentation):
+    """CRCL's augmentation (spec 1.7): caption tokens masked / replaced / deleted and image
+    regions dropped, each at 20 % by default.
+
+    The caption and the regions draw from two independent children of the sample's
+    generator, so changing one rate does not change the other's draws.
+
+    Args:
+        caption_rate: fraction of tokens augmented (0.2; 0 leaves captions unchanged).
+        region_rate: fraction of regions dropped (0.2; 0 leaves images unchanged).
+        region_mode: ``"fill"`` (SGR/SAF: dropped regions set to ``fill_value``, R kept) or
+            ``"remove"`` (VSE-inf: variable region counts, padded with ``image_lengths``).
+        special_tokens: ``"augment"`` (official) or ``"keep"`` (``<start>``/``<end>`` kept).
+        random_ids: ``"official"`` (replacements in ``[0, V + 1)``) or ``"words"`` (``[4, V)``).
+        fill_value: the constant of the fill mode (official 1e-10).
+
+    Example YAML::
+
+        data:
+          init_args:
+            augment:
+              class_path: ncl.data.augment.CaptionRegionAugment
+              init_args: {caption_rate: 0.2, region_rate: 0.2}
+    """
+
+    def __init__(self, caption_rate: float = AUGMENT_RATE, region_rate: float = AUGMENT_RATE,
+                 region_mode: RegionDropMode = "fill", special_tokens: SpecialTokens = "augment",
+                 random_ids: RandomIds = "official", fill_value: float = REGION_FILL_VALUE) -> None:
+        for name, rate in (("caption_rate", caption_rate), ("region_rate", region_rate)):
+            if not 0.0 <= float(rate) <= 1.0:
+                raise ConfigError(f"data.augment.{name} must lie in [0, 1], got {rate}")
+        choices = (("region_mode", region_mode, ("fill", "remove")),
+                   ("special_tokens", special_tokens, ("augment", "keep")),
+                   ("random_ids", random_ids, ("official", "words")))
+        for name, value, allowed in choices:
+            if value not in allowed:
+                raise ConfigError(f"data.augment.{name} must be one of {allowed}, got {value!r}")
+        self.caption_rate, self.region_rate = float(caption_rate), float(region_rate)
+        self.region_mode, self.special_tokens = region_mode, special_tokens
+        self.random_ids, self.fill_value = random_ids, float(fill_value)
+
+    @property
+    def uses_mask_token(self) -> bool:  # type: ignore[override]
+        return self.caption_rate > 0
+
+    def __call__(self, item: TrainItem, rng: np.random.Generator, vocab_size: int) -> TrainItem:
+        caption_rng, region_rng = rng.spawn(2)
+        out = dict(item)
+        if self.caption_rate > 0 and "tokens" in item:
+            out["tokens"] = augment_caption(item["tokens"], vocab_size, caption_rng,
+                                            rate=self.caption_rate,
+                                            special_tokens=self.special_tokens,
+                                            random_ids=self.random_ids)
+        if self.region_rate > 0 and "image" in item:
+            out["image"] = drop_regions(item["image"], region_rng, rate=self.region_rate,
+                                        mode=self.region_mode, fill_value=self.fill_value)
+        return out

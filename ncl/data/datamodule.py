@@ -11,9 +11,10 @@ import lightning as L
 from lightning.pytorch.utilities.parsing import AttributeDict
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, RandomSampler
 
-from ncl.data.datasets import CaptionDataset, ImageDataset, PairDataset, collate
+from ncl.data.augment import Augmentation
+from ncl.data.datasets import CaptionDataset, EpochBatchSampler, ImageDataset, PairDataset, collate
 from ncl.data.noise import Noise, NoiseType, check_ratio, make_noise
 from ncl.data.precomp import NanCheck, PrecompSplit, load_split
 from ncl.data.samplers import EpochShuffleSampler, global_seed, loader_generator
@@ -55,6 +56,13 @@ class PrecompDataModule(L.LightningDataModule):
         nan_check: ``sample`` (default: ``nan_check_samples`` images spread over each
             feature file), ``full`` (every image, memory-mapped and read in chunks with a
             progress bar: minutes for COCO's 33 GB) or ``off``.
+        augment: training-pair augmentation (``class_path`` of an
+            :class:`~ncl.data.augment.Augmentation`, e.g. CRCL's
+            :class:`~ncl.data.augment.CaptionRegionAugment`); applied to the default training
+            loader only, as a pure function of ``(seed, epoch, caption index)``. ``None``: off.
+
+    Satisfies :class:`ncl.data.contracts.RetrievalData`, the contract methods and callbacks
+    rely on.
     """
 
     def __init__(self, data_root: str, data_name: str = "f30k_precomp", vocab_path: str | None = None,
@@ -63,9 +71,14 @@ class PrecompDataModule(L.LightningDataModule):
                  noise_file: str | None = None, noise_seed: int = 0,
                  dev_max_images: int | None = 1000, val_split: str = "dev",
                  test_split: str = "test", test_protocols: Sequence[Protocol] = ("1k",),
-                 nan_check_samples: int = 64, nan_check: NanCheck = "sample") -> None:
+                 nan_check_samples: int = 64, nan_check: NanCheck = "sample",
+                 augment: Augmentation | None = None) -> None:
         super().__init__()
-        self.save_hyperparameters()  # logged with the run; a subclass's own arguments included
+        # Logged with the run; a subclass's own arguments included. The augmentation is logged
+        # as its repr (an object in the checkpoint's hyperparameters would need unpickling).
+        self.save_hyperparameters(ignore=["augment"])
+        self.augment = augment
+        self.hparams["augment"] = self._augment_hparam()
         check_ratio(noise_ratio, "data.noise_ratio")
         self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
         self.noise_type, self.noise_ratio, self.noise_seed = noise_type, noise_ratio, noise_seed
@@ -128,6 +141,7 @@ class PrecompDataModule(L.LightningDataModule):
                                     self.noise_file)
             self.hparams.update(self.noise_hparams())
             self._save_noise()
+            self._check_mask_token()
         if stage in ("fit", "validate") and self.val_data is None:
             self.val_data = self._load(self.val_split, self.dev_max_images)
         if stage in ("test", "predict") and self.test_data is None:
@@ -151,7 +165,11 @@ class PrecompDataModule(L.LightningDataModule):
         """
         initial = super().hparams_initial
         initial.update(self.noise_hparams())
+        initial["augment"] = self._augment_hparam()
         return initial
+
+    def _augment_hparam(self) -> str | None:
+        return None if self.augment is None else repr(self.augment)
 
     def run_dir(self) -> Path | None:
         """The trainer's log directory (where the config is saved), if attached."""
@@ -175,10 +193,44 @@ class PrecompDataModule(L.LightningDataModule):
                           num_workers=self.num_workers, collate_fn=collate,
                           persistent_workers=self.num_workers > 0)
 
+    def _check_mask_token(self) -> None:
+        """Stop before training when the augmentation emits ``<mask>`` (id V) but a network's
+        word embedding has only V rows (a CRCL config without ``add_mask_token: true``)."""
+        module = getattr(getattr(self, "trainer", None), "lightning_module", None)
+        if self.augment is None or not self.augment.uses_mask_token or module is None:
+            return
+        for net in getattr(module, "nets", []):
+            rows = getattr(net, "vocab_size", None)
+            if isinstance(rows, int) and rows <= self.vocab_size:
+                raise ConfigError(
+                    f"data.augment masks caption tokens with <mask> (id {self.vocab_size}), but "
+                    f"the backbone embeds only {rows} ids; set "
+                    f"model.init_args.backbone.init_args.add_mask_token=true")
+
     def train_pairs(self) -> PairDataset:
+        """The noisy training pairs, never augmented (division passes, plans, diagnostics)."""
         if self.train_split is None or self.noise is None:
             raise RuntimeError("call setup('fit') first")
         return PairDataset(self.train_split, self.noise.cap2img)
+
+    def _augmented_pairs(self, seed: int) -> PairDataset:
+        """The training pairs with ``self.augment``, keyed by ``(epoch, index)``."""
+        pairs = self.train_pairs()
+        return PairDataset(pairs.split, pairs.cap2img, self.augment, seed, self.vocab_size)
+
+    def _upcoming_epoch(self) -> int:
+        """The epoch the training loader is built for: the value Lightning passes to
+        ``set_epoch`` (``epoch_progress.current.processed``; restored on resume).
+
+        Lightning creates the first iterator of a run, and of a resumed run, *before* it calls
+        ``set_epoch``; with ``num_workers > 0`` that iterator already draws the first batches.
+        A sampler that starts at this epoch makes those batches the ones the uninterrupted run
+        drew.
+        """
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return 0
+        return int(trainer.fit_loop.epoch_progress.current.processed)
 
     def use_train_plan(self, plan: TrainPlan | None) -> None:
         """Let a method build the training loader from the pairs (``None`` restores the default).
@@ -186,8 +238,13 @@ class PrecompDataModule(L.LightningDataModule):
         Methods whose batches depend on per-epoch state (NCR's co-divided labelled/unlabelled
         plan) register ``plan(pairs) -> iterable of batches`` in their ``setup("fit")``; the
         DataModule still owns the data. ``reload_dataloaders_every_n_epochs=1`` makes Lightning
-        ask again every epoch.
+        ask again every epoch. A plan receives the pairs without ``data.augment``; asking for
+        both is an error.
         """
+        if plan is not None and self.augment is not None:
+            raise ConfigError("data.augment applies to the DataModule's own training loader, but "
+                              "this method supplies its own training batches (use_train_plan); "
+                              "remove data.init_args.augment")
         self._train_plan = plan
 
     def train_dataloader(self) -> Iterable:
@@ -197,16 +254,30 @@ class PrecompDataModule(L.LightningDataModule):
         # A final batch of one sample would break BatchNorm in train mode (spec 7.2).
         drop_last = len(pairs) % self.batch_size == 1
         trainer = getattr(self, "trainer", None)
-        if trainer is not None and trainer.world_size > 1:
+        distributed = trainer is not None and trainer.world_size > 1
+        if distributed and self.augment is None:
             # Lightning swaps in a DistributedSampler, itself seeded by (seed, epoch).
             return self._loader(pairs, self.batch_size, shuffle=True, drop_last=drop_last)
         # The shuffle is a function of (seed, epoch) so that a resumed run sees the batches
         # the uninterrupted run saw (torch's RandomSampler draws from the global stream).
         seed = self.shuffle_seed if self.shuffle_seed is not None else global_seed()
         self.shuffle_seed = seed  # kept in the checkpoint (state_dict)
-        return DataLoader(pairs, batch_size=self.batch_size, sampler=EpochShuffleSampler(len(pairs), seed),
-                          drop_last=drop_last, num_workers=self.num_workers, collate_fn=collate,
-                          persistent_workers=self.num_workers > 0, generator=loader_generator(seed))
+        epoch = self._upcoming_epoch()
+        if distributed:  # Lightning swaps its DistributedSampler into the EpochBatchSampler
+            sampler: torch.utils.data.Sampler[int] = RandomSampler(pairs)
+        else:
+            sampler = EpochShuffleSampler(len(pairs), seed)
+            sampler.set_epoch(epoch)
+        common: dict[str, Any] = dict(num_workers=self.num_workers, collate_fn=collate,
+                                      persistent_workers=self.num_workers > 0,
+                                      generator=loader_generator(seed))
+        if self.augment is None:
+            return DataLoader(pairs, batch_size=self.batch_size, sampler=sampler,
+                              drop_last=drop_last, **common)
+        # Items are read by (epoch, index) keys, so the augmentation knows its epoch in any
+        # worker process (ncl.data.datasets.EpochBatchSampler).
+        return DataLoader(self._augmented_pairs(seed), **common,
+                          batch_sampler=EpochBatchSampler(sampler, self.batch_size, drop_last, epoch))
 
     def state_dict(self) -> dict[str, Any]:
         """The shuffle seed actually used, so that a resumed run keeps it."""
@@ -258,7 +329,8 @@ class SyntheticDataModule(PrecompDataModule):
                  num_workers: int = 0, noise_type: NoiseType = "none", noise_ratio: float = 0.0,
                  noise_file: str | None = None, noise_seed: int = 0,
                  dev_max_images: int | None = 1000, test_protocols: Sequence[Protocol] = ("1k",),
-                 nan_check_samples: int = 64, nan_check: NanCheck = "sample") -> None:
+                 nan_check_samples: int = 64, nan_check: NanCheck = "sample",
+                 augment: Augmentation | None = None) -> None:
         import hashlib
         import os
         from dataclasses import asdict
@@ -278,7 +350,10 @@ class SyntheticDataModule(PrecompDataModule):
         root = Path(cache_dir) / f"{preset}-{digest}"
         generate(root, spec)
         self.spec = spec
-        super().__init__(str(root), "synthetic_precomp", None, batch_size, eval_batch_size,
-                         num_workers, noise_type, noise_ratio, noise_file, noise_seed,
-                         dev_max_images, "dev", "test", test_protocols, nan_check_samples,
-                         nan_check)
+        super().__init__(data_root=str(root), data_name="synthetic_precomp", vocab_path=None,
+                         batch_size=batch_size, eval_batch_size=eval_batch_size,
+                         num_workers=num_workers, noise_type=noise_type, noise_ratio=noise_ratio,
+                         noise_file=noise_file, noise_seed=noise_seed,
+                         dev_max_images=dev_max_images, val_split="dev", test_split="test",
+                         test_protocols=test_protocols, nan_check_samples=nan_check_samples,
+                         nan_check=nan_check, augment=augment)

@@ -20,6 +20,7 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 
+from ncl.data.contracts import RetrievalData
 from ncl.data.samplers import GLOBAL_TORCH_STREAM, epoch_seed, global_seed
 from ncl.data.precomp import nonfinite_rows
 from ncl.errors import ConfigError, DataError, TrainingError
@@ -41,7 +42,7 @@ class RetrievalMethod(L.LightningModule):
     Args:
         vocab_size: rows of the official vocabulary; linked from the DataModule by the CLI.
         backbone: factory ``vocab_size -> nn.Module`` with the SGRAF interface
-            (``encode_images``, ``encode_captions``, ``similarity``, ``forward``).
+            (:class:`ncl.models.contracts.RetrievalBackbone`).
         optimizer: optimiser factory (default Adam, lr 2e-4).
         lr_update: learning rate times 0.1 every ``lr_update`` epochs (step schedule).
         grad_clip: max global gradient norm (2.0 in every official script); 0 disables.
@@ -61,6 +62,7 @@ class RetrievalMethod(L.LightningModule):
         if lr_update < 1:
             raise ConfigError(f"model.lr_update must be >= 1 epoch, got {lr_update}")
         self.nets = nn.ModuleList([backbone(vocab_size) for _ in range(n_networks)])
+        self.backbone_factory = backbone  # re-initialisation (CRCL's self-refining pieces)
         if n_networks > 1:
             self.network_names = tuple(chr(ord("A") + i) for i in range(n_networks))
         self.optimizer_factory = optimizer
@@ -76,7 +78,7 @@ class RetrievalMethod(L.LightningModule):
     def setup(self, stage: str) -> None:
         """Check that the data's region count and feature size fit the backbone."""
         dm = getattr(self.trainer, "datamodule", None)
-        if dm is None or not hasattr(dm, "feature_shape"):
+        if not isinstance(dm, RetrievalData):  # no ncl DataModule: nothing to check against
             return
         regions, dim = dm.feature_shape()
         for name, net in zip(self.network_names, self.nets):

@@ -1,0 +1,85 @@
+"""What methods may rely on in a backbone: the :class:`RetrievalBackbone` contract.
+
+A method is handed a backbone factory (``vocab_size -> nn.Module``, ``class_path`` in YAML)
+and uses the networks it builds only through these four methods: training calls
+:meth:`~RetrievalBackbone.forward` on a batch; evaluation encodes every image and caption
+once, then scores shards of embeddings with :meth:`~RetrievalBackbone.similarity`
+(:func:`ncl.evaluation.similarity.sharded_similarity`). :class:`~ncl.models.sgraf.SGRAF`
+satisfies it.
+
+Optional attributes read when present: ``num_regions`` and ``img_dim`` (checked against the
+features before training), ``vocab_size`` (word-embedding rows, ``<mask>`` included; checked
+when ``data.augment`` masks tokens).
+
+Variable region counts: batches whose images have different region counts carry
+``image_lengths (B,)`` (:func:`ncl.data.datasets.collate`), and only those; callers pass
+``image_lengths`` only when it is not ``None``. A backbone with a fixed region count (SGR/SAF's
+``BatchNorm1d(R)``) never receives it; a VSE-infinity or video backbone pools over the first
+``image_lengths[b]`` rows of image ``b`` and ignores the zero padding.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from torch import Tensor
+
+
+@runtime_checkable
+class RetrievalBackbone(Protocol):
+    """An image-text matching network: encoders plus a similarity on their embeddings.
+
+    Positional parameters are positional-only here, so implementations may name them freely.
+    """
+
+    def encode_images(self, images: Tensor, /, image_lengths: Tensor | None = None) -> Tensor:
+        """Encode region features.
+
+        Args:
+            images: ``(B, R, D)`` region features (zero-padded beyond ``image_lengths``).
+            image_lengths: ``(B,)`` int64 true region counts, or ``None`` when every image
+                has all ``R`` rows.
+
+        Returns:
+            ``(B, R, E)`` region embeddings (SGR/SAF) or pooled ``(B, E)`` (VSE-infinity);
+            whatever :meth:`similarity` takes as ``img_emb``.
+        """
+
+    def encode_captions(self, tokens: Tensor, lengths: Tensor, /) -> Tensor:
+        """Encode token ids.
+
+        Args:
+            tokens: ``(B, L)`` int64 ids, zero-padded (``<pad>`` = 0), ``L >= max(lengths)``.
+            lengths: ``(B,)`` int64 true lengths (``<start>``/``<end>`` included), any order.
+
+        Returns:
+            ``(B, L, E)`` word embeddings (zero beyond each length) or pooled ``(B, E)``.
+        """
+
+    def similarity(self, img_emb: Tensor, cap_emb: Tensor, cap_lengths: Tensor, /) -> Tensor:
+        """Score every image against every caption.
+
+        Args:
+            img_emb: ``(B_img, ...)`` from :meth:`encode_images`.
+            cap_emb: ``(B_cap, L', E)`` from :meth:`encode_captions`, possibly trimmed to the
+                shard's longest caption (``L' >= max(cap_lengths)``), or pooled ``(B_cap, E)``.
+            cap_lengths: ``(B_cap,)`` int64 caption lengths.
+
+        Returns:
+            ``(B_img, B_cap)`` float scores; rows images, columns captions; higher is more
+            similar (SGRAF: sigmoid in ``(0, 1)``).
+        """
+
+    def forward(self, images: Tensor, tokens: Tensor, lengths: Tensor, /,
+                image_lengths: Tensor | None = None) -> Tensor:
+        """``(B, B)`` scores of every image/caption pair of a training batch.
+
+        Args:
+            images: ``(B, R, D)``; ``image_lengths`` as in :meth:`encode_images`.
+            tokens: ``(B, L)``; ``lengths``: ``(B,)``, as in :meth:`encode_captions`.
+
+        Returns:
+            ``similarity(encode_images(images), encode_captions(tokens, lengths), lengths)``;
+            entry ``(i, j)`` scores image ``i`` against caption ``j``; the diagonal holds the
+            batch's (possibly mismatched) pairs.
+        """
