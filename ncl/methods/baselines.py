@@ -17,6 +17,7 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor
 
+from ncl.data.contracts import retrieval_data
 from ncl.losses import infonce_loss, triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
 
@@ -34,7 +35,7 @@ class _Baseline(RetrievalMethod):
 
     def on_fit_start(self) -> None:
         if self.clean_only:
-            mask = self.trainer.datamodule.clean_mask
+            mask = retrieval_data(self.trainer, "model.init_args.clean_only").clean_mask
             self._clean = torch.as_tensor(mask, dtype=torch.bool)
 
     def select(self, batch: dict[str, Tensor]) -> dict[str, Tensor] | None:

@@ -34,6 +34,7 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from ncl.callbacks.co_divide import CoDivide
+from ncl.data.contracts import RetrievalData, retrieval_data
 from ncl.training.division import Division, DivisionConfig, compute_division
 from ncl.training.state import PerSampleState
 from ncl.callbacks.diagnostics import DivisionDiagnostics
@@ -209,10 +210,10 @@ class NCR(RetrievalMethod):
         if kind is None or (have and (kind == "divide" or self.division.keep is not None)):
             return
         trainer = self.trainer
-        dm = trainer.datamodule
+        dm = retrieval_data(trainer, "NCR/LNC")
         self.division = compute_division(
             self.division_config, list(self.nets), dm.train_pairs(), dm.batch_size, epoch,
-            self.device, trainer.global_rank, trainer.world_size, getattr(dm, "num_workers", 0),
+            self.device, trainer.global_rank, trainer.world_size, dm.num_workers,
             abandon=kind == "abandon")
 
     def training_state(self) -> dict[str, Any]:
@@ -236,10 +237,7 @@ class NCR(RetrievalMethod):
         super().setup(stage)
         if stage != "fit":
             return
-        dm = getattr(self.trainer, "datamodule", None)
-        if dm is None or not hasattr(dm, "use_train_plan"):
-            raise ConfigError("NCR/LNC needs an ncl DataModule (with use_train_plan()); pass "
-                              "data: class_path: ncl.data.datamodule.PrecompDataModule")
+        dm = retrieval_data(self.trainer, "NCR/LNC")
         # A new plan (and division) every epoch: the loader must be rebuilt every epoch.
         self.trainer.reload_dataloaders_every_n_epochs = 1
         dm.use_train_plan(self.co_teaching_dataloader)
@@ -248,7 +246,7 @@ class NCR(RetrievalMethod):
 
     def teardown(self, stage: str) -> None:
         dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-        if dm is not None and hasattr(dm, "use_train_plan"):
+        if isinstance(dm, RetrievalData):
             dm.use_train_plan(None)
 
     # ------------------------------------------------------------------ schedule
@@ -280,7 +278,7 @@ class NCR(RetrievalMethod):
     def co_teaching_dataloader(self, pairs: PairDataset) -> PlanLoader:
         """This epoch's loader over ``pairs``: warm-up passes or the co-divided plan."""
         hp, trainer = self.hparams, self.trainer
-        dm = trainer.datamodule
+        dm = retrieval_data(trainer, "NCR/LNC")
         epoch = self.current_epoch
         where = dict(rank=trainer.global_rank, world=trainer.world_size)
         if self.in_warmup:
@@ -295,7 +293,7 @@ class NCR(RetrievalMethod):
             needs_unlabelled = self.unlabelled_loss_on() or hp.soft_margin == "sigmoid"
             steps = cotrain_plan([c.numpy() for c in division.clean], dm.batch_size, hp.seed,
                                  epoch, with_unlabelled=needs_unlabelled, **where)
-        return PlanLoader(StepDataset(pairs, self._limit(steps)), getattr(dm, "num_workers", 0))
+        return PlanLoader(StepDataset(pairs, self._limit(steps)), dm.num_workers)
 
     def _limit(self, steps: list[Step]) -> list[Step]:
         """Share an integer ``trainer.limit_train_batches`` evenly between A and B.
