@@ -168,7 +168,8 @@ class RetrievalMethod(L.LightningModule):
     # ------------------------------------------------------------------ helpers
     def batch_similarity(self, batch: dict[str, Tensor], net: nn.Module | None = None) -> Tensor:
         """``(B, B)`` similarities of every image/caption pair of a training batch."""
-        return (net or self.net)(batch["images"], batch["tokens"], batch["lengths"])
+        extra = {"image_lengths": batch["image_lengths"]} if "image_lengths" in batch else {}
+        return (net or self.net)(batch["images"], batch["tokens"], batch["lengths"], **extra)
 
     def log_train(self, values: dict[str, Tensor | float], batch_size: int) -> None:
         self.log_dict({f"train/{k}": v for k, v in values.items()}, on_step=True,
@@ -179,8 +180,10 @@ class RetrievalMethod(L.LightningModule):
         store = self._eval_store
         if dataloader_idx == 0:  # images
             store.setdefault("img_index", []).append(batch["index"])
+            # image_lengths only when region counts differ (collate), for backbones that mask
+            extra = {"image_lengths": batch["image_lengths"]} if "image_lengths" in batch else {}
             for k, net in enumerate(self.nets):
-                store.setdefault(f"img{k}", []).append(net.encode_images(batch["images"]).float())
+                store.setdefault(f"img{k}", []).append(net.encode_images(batch["images"], **extra).float())
         else:  # captions
             store.setdefault("cap_index", []).append(batch["index"])
             store.setdefault("cap_len", []).append(batch["lengths"])

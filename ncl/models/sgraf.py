@@ -70,11 +70,21 @@ class SGRAF(nn.Module):
         self.sim_enc = EncoderSimilarity(embed_size, sim_dim, module_name, sgr_step,
                                          num_regions, dropout)
 
-    def encode_images(self, images: Tensor) -> Tensor:
-        """``(B, R, img_dim)`` region features -> ``(B, R, E)`` region embeddings (spec 3.1)."""
+    def encode_images(self, images: Tensor, image_lengths: Tensor | None = None) -> Tensor:
+        """``(B, R, img_dim)`` region features -> ``(B, R, E)`` region embeddings (spec 3.1).
+
+        ``image_lengths`` (``(B,)``, from ``collate`` when region counts differ) is accepted
+        for the :class:`~ncl.models.contracts.RetrievalBackbone` contract, but SGR/SAF attend
+        over a fixed region count (the official BUTD features have 36 per image): padded
+        regions would be attended as real ones, so a batch with fewer regions than ``R`` for
+        some image is refused.
+        """
         if images.dim() != 3 or images.shape[-1] != self.img_dim:
             raise ValueError(f"images must have shape (B, R, {self.img_dim}), "
                              f"got {tuple(images.shape)}")
+        if image_lengths is not None and bool((torch.as_tensor(image_lengths) < images.shape[1]).any()):
+            raise ValueError("SGRAF needs the same region count for every image (SGR/SAF have no "
+                             "region mask); got variable image_lengths")
         return self.img_enc(images)
 
     def encode_captions(self, tokens: Tensor, lengths: Tensor) -> Tensor:
@@ -119,15 +129,17 @@ class SGRAF(nn.Module):
         """``sigmoid`` of :meth:`similarity_logits`, ``(B_img, B_cap)`` in ``(0, 1)``."""
         return torch.sigmoid(self.similarity_logits(img_emb, cap_emb, lengths))
 
-    def forward(self, images: Tensor, tokens: Tensor, lengths: Tensor) -> Tensor:
+    def forward(self, images: Tensor, tokens: Tensor, lengths: Tensor,
+                image_lengths: Tensor | None = None) -> Tensor:
         """``(B, B)`` similarity of every image/caption pair of a batch.
 
         Args:
             images: ``(B, R, img_dim)``.
             tokens: ``(B, L)`` long ids.
             lengths: ``(B,)``.
+            image_lengths: ``(B,)`` region counts, or ``None`` (see :meth:`encode_images`).
         """
-        return self.similarity(self.encode_images(images),
+        return self.similarity(self.encode_images(images, image_lengths),
                                self.encode_captions(tokens, lengths), lengths)
 
     def similarity_plan(self, device: torch.device) -> tuple[Strategy, int]:

@@ -63,10 +63,14 @@ def test_sgraf_is_a_retrieval_backbone(make_model: Callable[..., SGRAF], module_
     torch.testing.assert_close(net(images, tokens, lengths), sims)
 
 
-@pytest.mark.xfail(strict=True, reason="SGRAF.encode_images/forward take no image_lengths yet "
-                   "(ncl/models/sgraf.py; callers pass it only for variable region counts)")
 def test_sgraf_accepts_optional_image_lengths(make_model: Callable[..., SGRAF]) -> None:
-    assert incompatibilities(make_model(), RetrievalBackbone) == []
+    model = make_model()
+    assert incompatibilities(model, RetrievalBackbone) == []
+    images = torch.randn(2, model.num_regions, model.img_dim)
+    full = torch.full((2,), model.num_regions)
+    assert torch.equal(model.encode_images(images, full), model.encode_images(images))
+    with pytest.raises(ValueError, match="same region count"):  # SGR/SAF have no region mask
+        model.encode_images(images, torch.tensor([model.num_regions, 2]))
 
 
 def test_datamodule_satisfies_retrieval_data(tiny_root: Path) -> None:
