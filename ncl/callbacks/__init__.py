@@ -7,6 +7,12 @@ work in the hook whose name says when; the state they produce lives on the metho
   the step's samples, in ``module.momentum_targets``.
 * :class:`DivisionDiagnostics` - ``on_train_epoch_start``: division sizes, noise-detection
   P/R/F1 and the loss-histogram figure of the epoch's division.
+* :class:`SelfRefiningPieces` - ``on_train_epoch_start``: CRCL's re-initialisation at every
+  self-refining piece boundary (``module.start_piece``).
+* :class:`LabelCorrection` - ``on_train_batch_end`` (CRCL's official per-step SCC update) and
+  ``on_train_epoch_end`` (the paper's per-epoch update) of ``module.labels``.
+* :class:`LabelDiagnostics` - ``on_train_epoch_end``: CRCL's piece, label flips and label
+  distribution (by true clean/noisy when known).
 
 The computations are plain functions in :mod:`ncl.training` (division, per-sample passes,
 batch plans, collectives, per-sample state).
@@ -15,5 +21,8 @@ batch plans, collectives, per-sample state).
 from ncl.callbacks.co_divide import CoDivide
 from ncl.callbacks.diagnostics import DivisionDiagnostics, division_stats, plot_division
 from ncl.callbacks.momentum import MomentumTargets
+from ncl.callbacks.labels import LabelCorrection, LabelDiagnostics, label_stats
+from ncl.callbacks.pieces import SelfRefiningPieces
 
 __all__ = ["CoDivide", "DivisionDiagnostics", "MomentumTargets", "division_stats", "plot_division"]
+__all__ += ["LabelCorrection", "LabelDiagnostics", "SelfRefiningPieces", "label_stats"]

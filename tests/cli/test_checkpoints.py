@@ -85,12 +85,21 @@ def test_cli_trainer_writes_checkpoints_atomically(synthetic_cache: Path) -> Non
     assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
 
 
+# The validation key a best checkpoint may monitor, per method: val/rsum, except for methods
+# that log a selection-aware copy of it. CRCL logs val/rsum_selected (equal to val/rsum, or -1
+# outside the last piece with model.selection: last_piece, the official selection), so that
+# switching the selection rule needs no change to the checkpoint callback.
+SELECTION_KEYS = {"ncl.methods.crcl.CRCL": "val/rsum_selected"}
+
+
 def test_every_training_config_keeps_a_last_checkpoint() -> None:
     for config in sorted((REPO / "configs").glob("*.yaml")):
-        callbacks = yaml.safe_load(config.read_text()).get("trainer", {}).get("callbacks", [])
+        loaded = yaml.safe_load(config.read_text())
+        callbacks = loaded.get("trainer", {}).get("callbacks", [])
         ckpts = [c.get("init_args", {}) for c in callbacks if c["class_path"].endswith("ModelCheckpoint")]
         if not ckpts:
             continue  # evaluation-only configs
-        assert any(c.get("monitor") == "val/rsum" for c in ckpts), config.name
+        key = SELECTION_KEYS.get(loaded["model"]["class_path"], "val/rsum")
+        assert any(c.get("monitor") == key for c in ckpts), config.name
         assert any(c.get("monitor") is None and c.get("filename") == "last" for c in ckpts), config.name
         assert not any(c.get("save_last") and c.get("monitor") for c in ckpts), config.name

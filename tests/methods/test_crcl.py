@@ -1,0 +1,225 @@
+"""CRCL method pieces without a Trainer (ncl.methods.crcl; spec 4.4, CRCL Eq. 6-12)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from callbacks.ncr_fakes import SgrafPairs
+
+from ncl.data.datasets import collate
+from ncl.division import filter_confident_noise
+from ncl.errors import ConfigError
+from ncl.losses import active_complementary_loss, average_matching_probability
+from ncl.methods.crcl import CRCL, UNSELECTED_RSUM, crcl_optimizer, estimate_batches
+from ncl.models.sgraf import SGRAF
+
+
+def _backbone(vocab: int) -> SGRAF:
+    return SGRAF(vocab, img_dim=16, num_regions=6, word_dim=8, embed_size=16, sim_dim=8,
+                 dropout=0.0, similarity_strategy="chunked")
+
+
+def _model(n: int = 20, **kwargs) -> CRCL:  # noqa: ANN003 - test helper forwarding switches
+    torch.manual_seed(0)
+    model = CRCL(30, _backbone, **kwargs)
+    model._training_seed = 7
+    model.labels.reset(n)
+    return model
+
+
+def _batch(indices: list[int]) -> dict[str, torch.Tensor]:
+    pairs = SgrafPairs(20)
+    return collate([pairs[i] for i in indices])
+
+
+def _at_epoch(monkeypatch: pytest.MonkeyPatch, epoch: int) -> None:
+    monkeypatch.setattr(CRCL, "current_epoch", property(lambda self: epoch))
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [
+    ({"pieces": []}, "pieces"), ({"pieces": [2, 0]}, "pieces"), ({"pieces": [1.5]}, "pieces"),
+    ({"freeze_epochs": -1}, "freeze_epochs"), ({"rule": "paper", "freeze_epochs": 0}, "freeze_epochs"),
+    ({"tau": 0.0}, "tau"), ({"weight": -1.0}, "weight"), ({"q": 1.5}, "q"),
+    ({"form": "code"}, "form"), ({"rule": "epoch"}, "rule"), ({"momentum": 1.2}, "momentum"),
+    ({"threshold": -0.1}, "threshold"), ({"selection": "best"}, "selection"),
+    ({"estimate_batch_size": 1}, "estimate_batch_size"), ({"lr_update": 0}, "lr_update"),
+])
+def test_bad_options_raise_config_error_naming_the_option(kwargs: dict, name: str) -> None:
+    with pytest.raises(ConfigError, match=f"model.{name}"):
+        CRCL(30, _backbone, **kwargs)
+
+
+def test_defaults_are_the_official_ones() -> None:
+    model = _model()
+    hp = model.hparams
+    assert (hp.tau, hp.weight, hp.q, hp.form, hp.rule) == (0.05, 5.0, None, "official", "official")
+    assert (hp.momentum, hp.threshold, hp.freeze_epochs, hp.lr_update) == (0.8, 0.1, 2, 15)
+    assert model.schedule.lengths == (7, 7, 7, 32) and model.schedule.total_epochs == 53
+    assert len(model.nets) == 1 and hp.selection == "all"
+    opt = crcl_optimizer(model.net.parameters())
+    assert isinstance(opt, torch.optim.AdamW)
+    assert opt.defaults["lr"] == 5e-4 and opt.defaults["weight_decay"] == 0.01
+    names = [type(cb).__name__ for cb in model.configure_callbacks()]
+    assert names == ["SelfRefiningPieces", "LabelDiagnostics", "LabelCorrection"]
+    assert [type(cb).__name__ for cb in _model(diagnostics=False).configure_callbacks()] == [
+        "SelfRefiningPieces", "LabelCorrection"]
+
+
+def test_lr_factor_restarts_in_every_piece() -> None:
+    model = _model(pieces=[3, 4], lr_update=2)
+    factors = [model.lr_factor(e) for e in range(8)]  # 7 = what LambdaLR asks after the last
+    assert factors == pytest.approx([1, 1, 0.1, 1, 1, 0.1, 0.1, 0.01])
+
+
+def test_training_step_is_acl_with_the_corrected_labels(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _model(pieces=[4, 4], freeze_epochs=1)
+    monkeypatch.setattr(model, "log_train", lambda *a, **k: None)
+    model.labels.values[0, :4] = torch.tensor([1.0, 0.05, 0.5, 0.0])
+    batch = _batch([0, 1, 2, 3])
+    _at_epoch(monkeypatch, 2)  # piece 0, past the freeze: momentum with the step's estimate
+    out = model.training_step(batch, 0)
+    sims = model.net(batch["images"], batch["tokens"], batch["lengths"])
+    p = average_matching_probability(sims, 0.05)
+    y = 0.8 * torch.tensor([1.0, 0.05, 0.5, 0.0]) + 0.2 * p
+    y_hat = torch.where(y < 0.1, torch.zeros_like(y), y)
+    expected = active_complementary_loss(sims, y_hat, 0.05, 5.0).mean()
+    assert torch.allclose(out["loss"], expected, atol=1e-6)
+    index, stored = out["label_update"]
+    assert index.tolist() == [0, 1, 2, 3] and torch.allclose(stored, y_hat)
+    assert model.labels.values[0, 1] == pytest.approx(0.05)  # written by the callback, not here
+    model.apply_label_update(index, stored)
+    assert torch.allclose(model.labels.values[0, :4], y_hat)
+
+
+def test_official_rule_freezes_then_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _model(pieces=[3, 3], freeze_epochs=2)
+    index = torch.tensor([0, 1])
+    model.labels.values[0, :2] = torch.tensor([0.6, 0.05])
+    p = torch.tensor([0.2, 0.9])
+    _at_epoch(monkeypatch, 0)  # piece 0, frozen: the table's labels (filtered), written back
+    y_hat, stored = model.loss_labels(index, p)
+    assert y_hat.tolist() == pytest.approx([0.6, 0.0]) and stored.tolist() == pytest.approx([0.6, 0.0])
+    _at_epoch(monkeypatch, 1)  # the last frozen epoch of piece 0 stores the raw estimate
+    y_hat, stored = model.loss_labels(index, p)
+    assert y_hat.tolist() == pytest.approx([0.6, 0.0]) and stored.tolist() == pytest.approx([0.2, 0.9])
+    _at_epoch(monkeypatch, 2)
+    y_hat, _ = model.loss_labels(index, p)
+    assert y_hat.tolist() == pytest.approx([0.52, 0.22])
+    for epoch in (3, 4):  # piece 1: frozen again, no special write
+        _at_epoch(monkeypatch, epoch)
+        y_hat, stored = model.loss_labels(index, p)
+        assert y_hat.tolist() == pytest.approx([0.6, 0.0]) and torch.equal(stored, y_hat)
+
+
+def test_prediction_rule_uses_the_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _model(rule="prediction")
+    _at_epoch(monkeypatch, 0)
+    p = torch.tensor([0.05, 0.7])
+    y_hat, stored = model.loss_labels(torch.tensor([3, 4]), p)
+    assert torch.equal(y_hat, p) and torch.equal(stored, p)
+
+
+@pytest.mark.parametrize("threshold", [0.1, 0.0])
+def test_confident_noise_threshold(monkeypatch: pytest.MonkeyPatch, threshold: float) -> None:
+    model = _model(rule="paper", freeze_epochs=1, threshold=threshold)
+    model.labels.values[0, :3] = torch.tensor([0.09, 0.1, 0.8])
+    _at_epoch(monkeypatch, 0)
+    y_hat, stored = model.loss_labels(torch.tensor([0, 1, 2]), None)
+    assert stored is None
+    first = 0.0 if threshold > 0 else 0.09
+    assert y_hat.tolist() == pytest.approx([first, 0.1, 0.8])
+    assert model.corrected_labels()[:3].tolist() == pytest.approx([first, 0.1, 0.8])
+
+
+def test_paper_rule_updates_once_per_epoch_from_the_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _model(n=3, rule="paper", pieces=[3, 3], freeze_epochs=1)
+    estimates = {1: torch.tensor([0.9, 0.05, 0.5]), 2: torch.tensor([0.5, 0.5, 0.0]),
+                 4: torch.tensor([1.0, 0.0, 0.5])}
+    calls: list[int] = []
+
+    def fake_estimates(epoch: int) -> torch.Tensor:
+        calls.append(epoch)
+        return estimates[epoch]
+
+    monkeypatch.setattr(model, "matching_estimates", fake_estimates)
+    assert not model.prepare_labels(0)  # frozen epoch: nothing to compute
+    assert model.prepare_labels(1)  # piece 0, t = e_f + 1: reset to the estimate (Eq. 11)
+    assert model.labels.values[0].tolist() == pytest.approx([0.9, 0.05, 0.5])
+    assert not model.prepare_labels(1)  # already there (label_epoch)
+    assert model.prepare_labels(2)  # momentum; the table keeps the unthresholded value
+    assert model.labels.values[0].tolist() == pytest.approx([0.82, 0.14, 0.4])
+    assert not model.prepare_labels(3)  # piece 1, frozen: the labels carry over
+    assert model.prepare_labels(4)
+    assert model.labels.values[0].tolist() == pytest.approx([0.856, 0.112, 0.42])
+    assert calls == [1, 2, 4] and model.label_epoch == 4
+    assert not model.prepare_labels(6)  # past the schedule
+    _at_epoch(monkeypatch, 4)
+    y_hat, _ = model.loss_labels(torch.tensor([0, 1, 2]), None)
+    assert y_hat.tolist() == pytest.approx([0.856, 0.112, 0.42])
+
+
+def test_estimate_batches_cover_every_sample_for_any_world() -> None:
+    single = estimate_batches(37, 8, seed=3, epoch=2)
+    assert [len(b) for b in single] == [8, 8, 8, 8, 5]
+    assert sorted(np.concatenate(single).tolist()) == list(range(37))
+    merged = estimate_batches(33, 8, seed=3, epoch=2)  # a last batch of one joins the previous
+    assert [len(b) for b in merged] == [8, 8, 8, 9]
+    ranks = [estimate_batches(37, 8, 3, 2, rank, 2) for rank in range(2)]
+    dealt = sorted((ranks[b % 2][b // 2].tolist() for b in range(5)), key=lambda x: x[0])
+    assert dealt == sorted((b.tolist() for b in single), key=lambda x: x[0])
+    assert not np.array_equal(np.concatenate(single), np.concatenate(estimate_batches(37, 8, 3, 3)))
+
+
+def test_start_piece_is_seeded_and_keeps_parameters_and_clears_optimizer() -> None:
+    model = _model()
+    params = list(model.net.parameters())
+    before = [p.detach().clone() for p in params]
+    opt = torch.optim.AdamW(params, lr=1e-3)
+    batch = _batch([0, 1, 2])
+    model.net(batch["images"], batch["tokens"], batch["lengths"]).sum().backward()
+    opt.step()
+    assert opt.state
+    torch.manual_seed(123)
+    rng_before = torch.get_rng_state()
+    assert model.start_piece(1, [opt])
+    assert torch.equal(torch.get_rng_state(), rng_before)  # the global stream is untouched
+    after = list(model.net.parameters())
+    assert all(a is b for a, b in zip(after, params))  # same Parameter objects
+    assert not opt.state and opt.param_groups[0]["params"][0] is params[0]
+    assert any(not torch.equal(a, b) for a, b in zip(after, before))
+    assert model.initialised_piece == 1 and not model.start_piece(1, [opt])  # idempotent
+
+    other = _model()  # same seed, another global stream: the same fresh weights
+    torch.manual_seed(999)
+    other.start_piece(1, [])
+    assert all(torch.equal(a, b) for a, b in zip(other.net.parameters(), model.net.parameters()))
+    other.start_piece(2, [])  # another piece: other weights
+    assert any(not torch.equal(a, b) for a, b in zip(other.net.parameters(), model.net.parameters()))
+    reseeded = _model()
+    reseeded._training_seed = 8
+    reseeded.start_piece(1, [])
+    assert any(not torch.equal(a, b) for a, b in zip(reseeded.net.parameters(), model.net.parameters()))
+
+
+def test_selection_and_training_state_round_trip() -> None:
+    model = _model(pieces=[2, 2], selection="last_piece")
+    model._trainer = SimpleNamespace(max_epochs=4)
+    assert [model.selectable(e) for e in range(4)] == [False, False, True, True]
+    model._trainer = SimpleNamespace(max_epochs=2)  # a run cut short: its last piece counts
+    assert [model.selectable(e) for e in range(2)] == [True, True]
+    model._trainer = None
+    assert UNSELECTED_RSUM < 0
+
+    model.labels.values[0, 3] = 0.25
+    model.label_epoch, model.initialised_piece = 5, 2
+    model.label_snapshot = torch.zeros(20)
+    state = model.training_state()
+    fresh = _model(pieces=[2, 2])
+    fresh.load_training_state(state)
+    assert torch.equal(fresh.labels.values, model.labels.values)
+    assert (fresh.label_epoch, fresh.initialised_piece) == (5, 2)
+    assert torch.equal(fresh.label_snapshot, torch.zeros(20))
+    assert filter_confident_noise(fresh.labels.values[0]).shape == (20,)

@@ -1,0 +1,210 @@
+"""CRCL through the real CLI on tiny synthetic data: fit and test, the last-piece selection,
+kill -9 and resume equal to an uninterrupted run (inside a piece and just after a piece
+boundary), and two CPU processes (DDP on gloo) with identical labels on both ranks."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+import yaml
+
+from ncl.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+TESTS = REPO / "tests"
+BACKBONE = {"module_name": "SAF", "img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16,
+            "sim_dim": 8, "add_mask_token": True, "similarity_strategy": "chunked"}  # dropout on
+STEPS_PER_EPOCH = 4
+
+
+def write_config(root: Path, cache: Path, model: dict | None = None, trainer: dict | None = None,
+                 augment: bool = True) -> Path:
+    """A tiny CRCL config: pieces [2, 2] (4 epochs), e_f = 1, the configs' two checkpoints."""
+    data = {"preset": "tiny", "cache_dir": str(cache), "batch_size": 16, "eval_batch_size": 64,
+            "noise_type": "caption", "noise_ratio": 0.4}
+    if augment:
+        data["augment"] = {"class_path": "ncl.data.augment.CaptionRegionAugment"}
+    cfg = {
+        "seed_everything": 0,
+        "trainer": {"accelerator": "cpu", "devices": 1, "max_epochs": 4, "deterministic": True,
+                    "log_every_n_steps": 1, "enable_model_summary": False,
+                    "enable_progress_bar": False, "limit_train_batches": STEPS_PER_EPOCH,
+                    "default_root_dir": str(root / "runs"),
+                    "callbacks": [
+                        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                         "init_args": {"monitor": "val/rsum_selected", "mode": "max",
+                                       "filename": "best-{epoch}"}},
+                        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                         "init_args": {"filename": "last", "enable_version_counter": False}}],
+                    **(trainer or {})},
+        "model": {"class_path": "ncl.methods.crcl.CRCL",
+                  "init_args": {"backbone": {"class_path": "ncl.models.sgraf.SGRAF",
+                                             "init_args": BACKBONE},
+                                "optimizer": {"class_path": "torch.optim.AdamW",
+                                              "init_args": {"lr": 2e-3, "weight_decay": 0.01}},
+                                "pieces": [2, 2], "freeze_epochs": 1, "lr_update": 1, **(model or {})}},
+        "data": {"class_path": "ncl.data.datamodule.SyntheticDataModule", "init_args": data},
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def run_folder(root: Path) -> Path:
+    folders = sorted((root / "runs" / "lightning_logs").iterdir())
+    assert len(folders) == 1, folders
+    return folders[0]
+
+
+def metric_rows(folder: Path) -> list[dict[str, str]]:
+    with open(folder / "metrics.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+def per_epoch(folder: Path, key: str) -> dict[int, float]:
+    rows = [r for r in metric_rows(folder) if r.get(key)]
+    epochs = [int(r["epoch"]) for r in rows]
+    assert len(epochs) == len(set(epochs)), f"duplicated rows of {key}: {epochs}"
+    return {int(r["epoch"]): float(r[key]) for r in rows}
+
+
+def last(folder: Path) -> dict:
+    return torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False)
+
+
+def test_fit_select_last_piece_and_test(tmp_path: Path, synthetic_cache: Path) -> None:
+    config = write_config(tmp_path, synthetic_cache, {"selection": "last_piece"})
+    main(["fit", "--config", str(config)])
+    folder = run_folder(tmp_path)
+    rsum, selected = per_epoch(folder, "val/rsum"), per_epoch(folder, "val/rsum_selected")
+    assert sorted(rsum) == [0, 1, 2, 3]
+    assert selected == {0: -1.0, 1: -1.0, 2: rsum[2], 3: rsum[3]}  # only the last piece competes
+    best = list((folder / "checkpoints").glob("best-*.ckpt"))
+    assert len(best) == 1 and best[0].name in ("best-epoch=2.ckpt", "best-epoch=3.ckpt")
+    assert per_epoch(folder, "crcl/piece") == {0: 0.0, 1: 0.0, 2: 1.0, 3: 1.0}
+    for key in ("labels/noisy_f1", "labels/clean/mean", "labels/noisy/hist00", "labels/flips"):
+        assert per_epoch(folder, key), key  # diagnostics from the synthetic ground truth
+    state = last(folder)["ncl_training_state"]
+    assert state["labels"]["values"].shape == (1, 300) and state["initialised_piece"] == 1
+    assert bool((state["labels"]["values"] < 1).any())
+
+    main(["test", "--config", str(config), "--ckpt_path", "best"])
+    results = json.loads(next(tmp_path.rglob("test_results.json")).read_text())
+    assert set(results) == {"net"}
+
+
+def _kill_at(config: Path, cwd: Path, step: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+           "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "ncl.cli", "fit", "--config", str(config),
+           "--trainer.callbacks+=resume_helpers.KillAtStep", f"--trainer.callbacks.step={step}"]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+# (kill after this optimiser step, rule): step 6 is inside piece 0 (its 2nd epoch, resumed
+# from epoch 0's checkpoint); step 10 is in the first epoch of piece 1, just after the
+# boundary (resumed from the checkpoint of piece 0's last epoch, so the resumed run
+# re-initialises the network itself).
+CASES = {"inside_piece": (STEPS_PER_EPOCH + 2, "official"),
+         "after_boundary": (2 * STEPS_PER_EPOCH + 2, "official"),
+         "after_boundary_paper": (2 * STEPS_PER_EPOCH + 2, "paper")}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_kill_and_resume_equals_uninterrupted(tmp_path: Path, synthetic_cache: Path, case: str) -> None:
+    step, rule = CASES[case]
+    straight_cfg = write_config(tmp_path / "straight", synthetic_cache, {"rule": rule})
+    main(["fit", "--config", str(straight_cfg)])
+    straight = run_folder(tmp_path / "straight")
+
+    killed_cfg = write_config(tmp_path / "killed", synthetic_cache, {"rule": rule})
+    killed = _kill_at(killed_cfg, tmp_path, step)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    folder = run_folder(tmp_path / "killed")
+    assert last(folder)["epoch"] == step // STEPS_PER_EPOCH - 1
+    main(["fit", "--config", str(killed_cfg), "--ckpt_path", "last"])
+    assert run_folder(tmp_path / "killed") == folder
+
+    assert per_epoch(folder, "val/rsum") == per_epoch(straight, "val/rsum")
+    assert sorted(per_epoch(folder, "val/rsum")) == [0, 1, 2, 3]
+    a, b = last(straight), last(folder)
+    assert a["epoch"] == b["epoch"] == 3
+    for key, value in a["state_dict"].items():
+        assert torch.equal(value, b["state_dict"][key]), key
+    sa, sb = a["ncl_training_state"], b["ncl_training_state"]
+    assert torch.equal(sa["labels"]["values"], sb["labels"]["values"])
+    assert (sa["label_epoch"], sa["initialised_piece"]) == (sb["label_epoch"], sb["initialised_piece"])
+    assert sa["label_epoch"] == (3 if rule == "paper" else -1)
+    assert per_epoch(folder, "labels/all/mean") == per_epoch(straight, "labels/all/mean")
+
+
+class LabelSyncCheck(L.Callback):
+    """DDP tests: after every epoch every rank must hold the same labels and weights; rank 0
+    leaves a marker file.
+
+    Args:
+        marker_dir: folder of the ``labels_ok_world<W>`` marker.
+    """
+
+    def __init__(self, marker_dir: str = ".") -> None:
+        self.marker_dir = marker_dir
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        labels = pl_module.labels.values[0]  # type: ignore[attr-defined]
+        nets = pl_module.nets  # type: ignore[attr-defined]
+        weights = torch.cat([p.detach().reshape(-1) for p in nets.parameters()])
+        for name, local in (("labels", labels), ("weights", weights)):
+            gathered = pl_module.all_gather(local).reshape(trainer.world_size, -1)
+            if not all(torch.equal(gathered[0], row) for row in gathered):
+                raise AssertionError(f"the ranks' {name} diverged at epoch {trainer.current_epoch}")
+        if trainer.is_global_zero:
+            Path(self.marker_dir, f"labels_ok_world{trainer.world_size}").write_text(
+                str(trainer.current_epoch))
+
+
+def test_two_cpu_processes_fit_resume_test(tmp_path: Path, synthetic_cache: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """DDP (ddp_spawn, gloo): the per-step label writes and the re-initialisation keep the
+    ranks identical; checkpoint, resume and test. Then the paper rule, whose eval pass is
+    sharded over the ranks and gathered by index."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # read by the spawned processes' torch
+    trainer = {"devices": 2, "strategy": "ddp_spawn", "limit_train_batches": 3}
+    config = write_config(tmp_path / "official", synthetic_cache, trainer=trainer)
+    sync = ["--trainer.callbacks+=methods.test_crcl_cli.LabelSyncCheck",
+            f"--trainer.callbacks.marker_dir={tmp_path}"]
+    marker = tmp_path / "labels_ok_world2"
+    main(["fit", "--config", str(config), "--trainer.max_epochs=3", *sync])  # crosses the boundary
+    assert marker.read_text() == "2"
+    folder = run_folder(tmp_path / "official")
+    state = last(folder)["ncl_training_state"]
+    assert state["initialised_piece"] == 1 and bool((state["labels"]["values"] < 1).any())
+    main(["fit", "--config", str(config), "--ckpt_path=last", *sync])
+    assert marker.read_text() == "3" and last(folder)["epoch"] == 3
+    main(["test", "--config", str(config), "--trainer.devices=1", "--trainer.strategy=auto",
+          "--ckpt_path=best"])
+    assert list((tmp_path / "official").rglob("test_results.json"))
+
+    paper = write_config(tmp_path / "paper", synthetic_cache, {"rule": "paper"}, trainer, augment=False)
+    main(["fit", "--config", str(paper), "--trainer.max_epochs=2", *sync])
+    assert marker.read_text() == "1"
+    state = last(run_folder(tmp_path / "paper"))["ncl_training_state"]
+    assert state["label_epoch"] == 1 and bool((state["labels"]["values"] < 1).all())
+
+
+def test_more_epochs_than_pieces_is_one_clear_error(tmp_path: Path, synthetic_cache: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    config = write_config(tmp_path, synthetic_cache, augment=False)
+    with pytest.raises(SystemExit) as stop:
+        main(["fit", "--config", str(config), "--trainer.max_epochs=5"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "trainer.max_epochs (5)" in err and "model.pieces [2, 2]" in err
