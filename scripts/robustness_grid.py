@@ -45,6 +45,10 @@ METHODS: dict[str, list[str]] = {
     "ncr": ["--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={WARMUP}"],
     "lnc": ["--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={WARMUP}",
             "--model.momentum_regularization=true", "--model.noise_abandon=true"],
+    # CRCL: 14 epochs as three self-refining pieces (labels frozen for the first 3 epochs of
+    # each), with its official training augmentation; docs/methods/crcl.md.
+    "crcl": ["--model=ncl.methods.crcl.CRCL", "--model.pieces=[5, 5, 4]", "--model.freeze_epochs=3",
+             "--data.augment=ncl.data.augment.CaptionRegionAugment"],
     "clean": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
               "--model.clean_only=true"],
     "clean_sum": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=sum",
