@@ -7,15 +7,19 @@ from ncl.models.checkpoint import (
     read_official_checkpoint,
 )
 from ncl.models.encoders import EncoderImage, EncoderText
+from ncl.models.gpo import GPO
 from ncl.models.layers import l1norm, l2norm
 from ncl.models.sgraf import SGRAF
 from ncl.models.similarity import EncoderSimilarity
+from ncl.models.vse_infinity import VSEInfinity
 
 __all__ = [
     "SGRAF",
     "EncoderImage",
     "EncoderSimilarity",
     "EncoderText",
+    "GPO",
+    "VSEInfinity",
     "l1norm",
     "l2norm",
     "load_official_into",

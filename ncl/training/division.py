@@ -60,7 +60,9 @@ def mean_hinge(margin: float) -> PerSampleFn:
     """NCR's per-sample "eval_loss" (spec 4.2.1, 4.2.4) as a per-sample function:
     ``l_i = mean_j C_s[i, j] + mean_r C_im[r, i]`` over the whole batch, zero diagonal included."""
     def fn(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-        sims = net(batch["images"], batch["tokens"], batch["lengths"])  # (B, B)
+        # image_lengths only when the batch's region counts differ (collate); SGRAF never gets it
+        extra = {"image_lengths": batch["image_lengths"]} if "image_lengths" in batch else {}
+        sims = net(batch["images"], batch["tokens"], batch["lengths"], **extra)  # (B, B)
         return triplet_loss(sims.float(), margin=margin, negatives="mean")  # (B,)
     return fn
 
