@@ -116,21 +116,27 @@ def sharded_similarity(
     return sims
 
 
-def ensemble(sims: Sequence[Tensor], mode: EnsembleMode = "mean") -> Tensor:
+def ensemble(sims: Sequence[Tensor], mode: EnsembleMode = "mean",
+             dtype: torch.dtype | None = None) -> Tensor:
     """Combine the similarity matrices of several systems (spec section 5.4).
 
     ``"mean"`` averages them: NCR's two co-trained networks, or "SGRAF" = SGR + SAF trained
     separately. Accumulates in place, so peak memory is one extra matrix whatever the count.
+    What is averaged (sigmoid scores, or DECL's evidence) is the caller's choice: see
+    :mod:`ncl.evaluation.combine`.
 
     Args:
         sims: Matrices of identical shape, e.g. (N_img, N_cap) each.
         mode: Combination rule; only ``"mean"`` for now.
+        dtype: Accumulate and return in this floating dtype (e.g. ``torch.float64``, as the
+            official numpy code sums); default the promoted dtype of the inputs.
 
     Returns:
-        The combined matrix, same shape; dtype is the promoted dtype of the inputs.
+        The combined matrix, same shape; dtype ``dtype`` or the promoted dtype of the inputs.
 
     Raises:
-        ValueError: If ``sims`` is empty, the shapes differ, or ``mode`` is unknown.
+        ValueError: If ``sims`` is empty, the shapes differ, ``mode`` is unknown or
+            ``dtype`` is not floating.
 
     Example:
         >>> ensemble([torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0, 0.0]])])
@@ -143,12 +149,15 @@ def ensemble(sims: Sequence[Tensor], mode: EnsembleMode = "mean") -> Tensor:
     shapes = {tuple(s.shape) for s in sims}
     if len(shapes) != 1:
         raise ValueError(f"all similarity matrices must have the same shape, got {sorted(shapes)}")
-    dtype = sims[0].dtype
-    for s in sims[1:]:
-        dtype = torch.promote_types(dtype, s.dtype)
-    if not dtype.is_floating_point:
-        dtype = torch.get_default_dtype()  # integer scores would truncate the mean
+    if dtype is not None and not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating dtype, got {dtype}")
+    if dtype is None:
+        dtype = sims[0].dtype
+        for s in sims[1:]:
+            dtype = torch.promote_types(dtype, s.dtype)
+        if not dtype.is_floating_point:
+            dtype = torch.get_default_dtype()  # integer scores would truncate the mean
     out = sims[0].to(dtype=dtype, copy=True)
     for s in sims[1:]:
-        out.add_(s.to(out.device))
+        out.add_(s.to(device=out.device, dtype=dtype))
     return out.div_(len(sims))
