@@ -5,7 +5,8 @@
 * When the DataModule knows the ground truth (``clean_mask``, synthetic or injected noise):
   precision, recall and F1 of the detected *noisy* pairs and the recall of the clean pairs,
   per network (LNC Table 7 and Fig. 6). The ground truth is read here only; it never
-  reaches a loss.
+  reaches a loss. With real noise (CC152K, ``clean_mask_known`` false) they are skipped,
+  with one info line saying why.
 * Optionally a figure per division: the histogram of the min-max normalised per-sample
   losses, split by true clean/noisy when known, with the fitted two-component GMM
   (LNC Fig. 5b). Matplotlib's object API with the Agg canvas: no global backend change.
@@ -19,8 +20,10 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
+from ncl.data.contracts import clean_mask_known
 from ncl.training.division import Division
 from ncl.division import minmax_normalize
 from ncl.metrics.noise_detection import detection_metrics
@@ -150,11 +153,35 @@ class DivisionDiagnostics(L.Callback):
                           true_clean, self.gmm_seed)
 
 
+#: Set on a trainer once it was told that its data has no ground truth (one line per run).
+_TOLD_NO_TRUTH = "_ncl_told_no_ground_truth"
+
+
 def _ground_truth(trainer: L.Trainer, num_samples: int) -> Tensor | None:
-    """The DataModule's clean mask as a bool tensor, if it has one of the right length."""
+    """The DataModule's clean mask as a bool tensor, if it has one of the right length.
+
+    ``None`` too when the data has real noise (CC152K, ``clean_mask_known`` false): its mask
+    calls every pair clean, and scores against it (noise-detection F1 = 0, "clean" label
+    histograms) would be wrong rather than missing. One info line says so, once per run.
+    """
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is not None and not clean_mask_known(datamodule):
+        _tell_no_truth(trainer)
+        return None
     try:
         mask = trainer.datamodule.clean_mask
     except (AttributeError, RuntimeError):
         return None
     mask = torch.as_tensor(np.asarray(mask), dtype=torch.bool)
     return mask if mask.shape == (num_samples,) else None
+
+
+def _tell_no_truth(trainer: L.Trainer) -> None:
+    """Log, once per trainer, why the ground-truth diagnostics are missing."""
+    if getattr(trainer, _TOLD_NO_TRUTH, False):
+        return
+    setattr(trainer, _TOLD_NO_TRUTH, True)
+    rank_zero_info("ncl: noise-detection diagnostics against the ground truth are skipped: the "
+                   "training pairs have real noise (data.real_noise, e.g. CC152K), so which "
+                   "pairs are clean is unknown; division sizes and label statistics are still "
+                   "logged")

@@ -21,8 +21,9 @@ logged about them.
   by :meth:`ncl.methods.crcl.CRCL.configure_callbacks`, so it reads the labels the epoch
   trained with): the piece, label flips since the previous epoch, and the distribution of the
   corrected labels ``y_hat``, split by true clean/noisy pairs when the DataModule knows them
-  (``clean_mask``; read here only, never in a loss). These are the numbers behind the
-  paper's Fig. 1 (b, c, e, f).
+  (``clean_mask``; read here only, never in a loss; not with real noise such as CC152K,
+  where the split and the detection scores are skipped with one info line). These are the
+  numbers behind the paper's Fig. 1 (b, c, e, f).
 """
 
 from __future__ import annotations

@@ -99,7 +99,9 @@ class RetrievalData(Protocol, metaclass=_StaticProtocolMeta):
     @property
     def clean_mask(self) -> np.ndarray:
         """``(N_cap,)`` bool ground-truth clean flag of every training caption, after
-        ``setup("fit")``. Diagnostics and the clean-only oracle only, never a loss."""
+        ``setup("fit")``. Diagnostics and the clean-only oracle only, never a loss. A DataModule
+        whose pairs are noisy already (CC152K) has no ground truth: it says so with the
+        optional member ``clean_mask_known = False`` (see :func:`clean_mask_known`)."""
 
     def feature_shape(self) -> tuple[int, int]:
         """``(R, D)``: regions per image and feature size; callable before ``setup``."""
@@ -114,6 +116,16 @@ class RetrievalData(Protocol, metaclass=_StaticProtocolMeta):
 
     def train_eval_dataloader(self, batch_size: int | None = None) -> DataLoader:
         """Unshuffled, unaugmented pass over ``train_pairs()`` (after ``setup("fit")``)."""
+
+
+def clean_mask_known(datamodule: Any) -> bool:
+    """Whether ``datamodule.clean_mask`` is the ground truth.
+
+    ``clean_mask_known`` is optional (not a :class:`RetrievalData` member, so DataModules
+    written before it stay valid): without it the mask is taken as the truth, which holds for
+    synthetic noise injected into clean data.
+    """
+    return bool(getattr(datamodule, "clean_mask_known", True))
 
 
 def retrieval_data(trainer: Any, needed_by: str = "this method") -> RetrievalData:

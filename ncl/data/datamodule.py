@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -15,11 +16,12 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from ncl.data.augment import Augmentation
 from ncl.data.datasets import CaptionDataset, EpochBatchSampler, ImageDataset, PairDataset, collate
-from ncl.data.noise import Noise, NoiseType, check_ratio, make_noise
+from ncl.data.noise import (Noise, NoiseType, check_ratio, make_noise, ratio_mismatch,
+                            resolve_noise_file)
 from ncl.data.precomp import NanCheck, PrecompSplit, load_split
 from ncl.data.samplers import EpochShuffleSampler, global_seed, loader_generator
 from ncl.data.vocab import Vocabulary, load_vocabulary
-from ncl.errors import ConfigError, DataError
+from ncl.errors import ConfigError, DataError, NclWarning
 from ncl.io import atomic_save_npy, atomic_write_text
 
 Protocol = Literal["1k", "5fold1k", "5k"]
@@ -27,6 +29,33 @@ Protocol = Literal["1k", "5fold1k", "5k"]
 TrainPlan = Callable[[PairDataset], Iterable]
 DATA_HINT = ("see the README section 'Preparing the datasets' for where to download the "
              "precomputed features and vocabularies and how to lay them out")
+#: Datasets whose stored pairs are noisy already (web-crawled): their clean pairs are unknown.
+REAL_NOISE_PREFIXES = ("cc152k",)
+
+
+def real_noise_default(data_name: str) -> bool:
+    """Whether ``data_name`` holds real (unknown) noise: CC152K's web pairs (about 3-20%
+    mismatched, never annotated); F30K, COCO and the synthetic benchmark are taken as clean."""
+    return data_name.lower().startswith(REAL_NOISE_PREFIXES)
+
+
+def per_device_batch_note(world_size: int, batch_size: int, acknowledged: bool) -> str | None:
+    """The start-up warning about batches under DDP, or ``None`` when there is nothing to say.
+
+    Every DDP process draws its own ``batch_size`` pairs and computes its loss over them alone:
+    in-batch negatives (the hardest negative, RCL's complementary terms, InfoNCE) come from
+    those ``batch_size`` pairs only, and the gradients are averaged over processes. So
+    ``--trainer.devices N`` changes the method, not only the speed. Silent once the user says
+    so (``data.per_device_batch: true``) and on one process.
+    """
+    if world_size <= 1 or acknowledged:
+        return None
+    return (f"{world_size} processes each train on data.batch_size={batch_size} pairs: "
+            f"{world_size * batch_size} pairs per optimizer step, but each loss sees only its "
+            f"own {batch_size} (in-batch negatives come from those alone; gradients are averaged "
+            f"over processes). The papers train on one GPU with batch 128; see the README, "
+            f"'Multi-GPU and clusters'. Set data.init_args.per_device_batch: true to confirm this "
+            f"and silence the warning")
 
 
 class PrecompDataModule(L.LightningDataModule):
@@ -60,6 +89,16 @@ class PrecompDataModule(L.LightningDataModule):
             :class:`~ncl.data.augment.Augmentation`, e.g. CRCL's
             :class:`~ncl.data.augment.CaptionRegionAugment`); applied to the default training
             loader only, as a pure function of ``(seed, epoch, caption index)``. ``None``: off.
+        real_noise: the stored pairs are noisy already and nobody knows which (CC152K), so
+            there is no ground-truth clean mask: noise-detection diagnostics are skipped and
+            the clean-only oracle refuses to run. ``None``: true for ``cc152k*`` data names.
+        per_device_batch: acknowledge that with several DDP processes ``batch_size`` is per
+            process (each loss sees only its own batch); silences the start-up warning.
+
+    ``noise_file`` may be a bare file name, looked up in ``<data_root>/<data_name>/`` as RCL
+    does, and may contain ``{noise_ratio}`` (``noise_inx_{noise_ratio}.npy``: the ratio picks
+    the file; at ratio 0 no file is read). A missing file is reported here, before a run
+    folder exists.
 
     Satisfies :class:`ncl.data.contracts.RetrievalData`, the contract methods and callbacks
     rely on.
@@ -72,7 +111,8 @@ class PrecompDataModule(L.LightningDataModule):
                  dev_max_images: int | None = 1000, val_split: str = "dev",
                  test_split: str = "test", test_protocols: Sequence[Protocol] = ("1k",),
                  nan_check_samples: int = 64, nan_check: NanCheck = "sample",
-                 augment: Augmentation | None = None) -> None:
+                 augment: Augmentation | None = None, real_noise: bool | None = None,
+                 per_device_batch: bool = False) -> None:
         super().__init__()
         # Logged with the run; a subclass's own arguments included. The augmentation is logged
         # as its repr (an object in the checkpoint's hyperparameters would need unpickling).
@@ -83,6 +123,8 @@ class PrecompDataModule(L.LightningDataModule):
         self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
         self.noise_type, self.noise_ratio, self.noise_seed = noise_type, noise_ratio, noise_seed
         self.noise_file = noise_file
+        self.real_noise = real_noise_default(data_name) if real_noise is None else bool(real_noise)
+        self.per_device_batch = per_device_batch
         self.dev_max_images, self.val_split, self.test_split = dev_max_images, val_split, test_split
         self.test_protocols = list(test_protocols)
         self.nan_check_samples, self.nan_check = nan_check_samples, nan_check
@@ -93,6 +135,7 @@ class PrecompDataModule(L.LightningDataModule):
         if not self.data_dir.is_dir():
             raise DataError(f"dataset folder not found: {self.data_dir} (data_root={data_root!r}, "
                             f"data_name={data_name!r}); {DATA_HINT}")
+        self.noise_path = resolve_noise_file(noise_file, self.data_dir, noise_ratio)
         self.vocab_path = Path(vocab_path) if vocab_path else Path(data_root) / "vocab" / f"{data_name}_vocab.json"
         if not self.vocab_path.is_file():
             raise DataError(f"vocabulary file not found: {self.vocab_path}; pass data.vocab_path "
@@ -113,10 +156,22 @@ class PrecompDataModule(L.LightningDataModule):
 
     @property
     def clean_mask(self) -> np.ndarray:
-        """Ground-truth clean flag per training caption. Diagnostics only, never a loss."""
+        """Ground-truth clean flag per training caption. Diagnostics only, never a loss.
+
+        With ``real_noise`` it only says which pairs the *synthetic* noise left in place:
+        check :attr:`clean_mask_known` before scoring anything against it.
+        """
         if self.noise is None:
             raise RuntimeError("clean_mask is known after setup('fit')")
         return self.noise.clean
+
+    @property
+    def clean_mask_known(self) -> bool:
+        """Whether :attr:`clean_mask` is the ground truth (false for real noise, CC152K).
+
+        Optional in :class:`~ncl.data.contracts.RetrievalData`: a DataModule without it is
+        taken to know its mask."""
+        return not self.real_noise
 
     def feature_shape(self) -> tuple[int, int]:
         """``(regions, feature dim)`` read from the dev (or train) feature file."""
@@ -138,14 +193,30 @@ class PrecompDataModule(L.LightningDataModule):
             split = self.train_split
             self.noise = make_noise(split.n_images, split.n_captions, self.noise_type,
                                     self.noise_ratio, self.noise_seed,
-                                    self.noise_file)
+                                    self.noise_path)
             self.hparams.update(self.noise_hparams())
+            self._warn_at_start()
             self._save_noise()
             self._check_mask_token()
         if stage in ("fit", "validate") and self.val_data is None:
             self.val_data = self._load(self.val_split, self.dev_max_images)
         if stage in ("test", "predict") and self.test_data is None:
             self.test_data = self._load(self.test_split)
+
+    def _warn_at_start(self) -> None:
+        """Rank 0, once per fit: a noise file that contradicts ``noise_ratio``, and the per-device
+        meaning of ``batch_size`` under DDP."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is not None and not trainer.is_global_zero:
+            return
+        if self.noise_path is not None and self.noise is not None:
+            mismatch = ratio_mismatch(self.noise_path, self.noise.noise_rate, self.noise_ratio)
+            if mismatch:
+                warnings.warn(mismatch, NclWarning, stacklevel=2)
+        world_size = int(getattr(trainer, "world_size", 1) or 1)
+        note = per_device_batch_note(world_size, self.batch_size, self.per_device_batch)
+        if note:
+            warnings.warn(note, NclWarning, stacklevel=2)
 
     def noise_hparams(self) -> dict[str, object]:
         """The noise actually used (after ``setup("fit")``): SHA-256, rate, format, file."""
@@ -330,7 +401,8 @@ class SyntheticDataModule(PrecompDataModule):
                  noise_file: str | None = None, noise_seed: int = 0,
                  dev_max_images: int | None = 1000, test_protocols: Sequence[Protocol] = ("1k",),
                  nan_check_samples: int = 64, nan_check: NanCheck = "sample",
-                 augment: Augmentation | None = None) -> None:
+                 augment: Augmentation | None = None, real_noise: bool | None = None,
+                 per_device_batch: bool = False) -> None:
         import hashlib
         import os
         from dataclasses import asdict
@@ -356,4 +428,5 @@ class SyntheticDataModule(PrecompDataModule):
                          noise_file=noise_file, noise_seed=noise_seed,
                          dev_max_images=dev_max_images, val_split="dev", test_split="test",
                          test_protocols=test_protocols, nan_check_samples=nan_check_samples,
-                         nan_check=nan_check, augment=augment)
+                         nan_check=nan_check, augment=augment, real_noise=real_noise,
+                         per_device_batch=per_device_batch)

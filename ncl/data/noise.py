@@ -123,6 +123,64 @@ def load_noise_file(path: str | Path, n_images: int, n_captions: int) -> tuple[n
     return arr.astype(np.int64, copy=False), fmt
 
 
+#: Placeholder in ``data.noise_file`` for the ratio, written as RCL names its files (``%g``).
+RATIO_FIELD = "{noise_ratio}"
+#: Where the official files come from, for the message about a missing one.
+NOISE_FILE_HINT = (
+    "RCL's image-level indices noise_inx_{0.2,0.4,0.5,0.6,0.8}.npy ship with RCL's repository "
+    "(github.com/penghu-cs/RCL, data/f30k_precomp/ and data/coco_precomp/): copy them into "
+    "<data_root>/<data_name>/ (docs/data.md), point data.noise_file at the file, or set "
+    "data.noise_file to null to generate the noise from data.noise_type, noise_ratio and "
+    "noise_seed")
+
+
+def resolve_noise_file(noise_file: str | Path | None, data_dir: Path, ratio: float) -> Path | None:
+    """The noise file a DataModule reads, or ``None`` when the noise is generated.
+
+    * ``None`` or ``""``: no file (``""`` is what NCR's scripts pass on CC152K).
+    * :data:`RATIO_FIELD` is replaced by the ratio as RCL writes it (``0.2``, ``0.6``), so
+      ``--data.noise_ratio 0.6`` picks ``noise_inx_0.6.npy``. At ratio 0 such a name means
+      "no noise" (every generator leaves every pair in place) and nothing is read.
+    * A bare file name (no folder) is looked up in the dataset folder ``data_dir``, where RCL
+      keeps its files, so it follows ``data.data_root``; any other path is used as given.
+
+    Raises:
+        DataError: the file does not exist (checked here, before a run folder is made).
+    """
+    if noise_file is None or str(noise_file) == "":
+        return None
+    name = str(noise_file)
+    if RATIO_FIELD in name:
+        if float(ratio) == 0.0:
+            return None
+        name = name.replace(RATIO_FIELD, f"{float(ratio):g}")
+    path = data_dir / name if Path(name).name == name else Path(name)
+    if not path.is_file():
+        raise DataError(f"noise file not found: {path} (data.noise_file={str(noise_file)!r}); "
+                        f"{NOISE_FILE_HINT}")
+    return path
+
+
+def ratio_mismatch(path: Path, noise_rate: float, ratio: float, tolerance: float = 0.01) -> str | None:
+    """Why the noise file ``path`` does not match ``data.noise_ratio``, or ``None`` when it does.
+
+    A file decides the noise on its own (the ratio is not used), so a config that says 0.2
+    next to a file that moves 60% would log one rate and train with another. The official
+    files move their nominal fraction to within 0.0001 (spec 2.2) and NCR's effective rate is
+    a hair below its ratio (spec 2.1), hence the tolerance.
+
+    Args:
+        path: the file (for the message).
+        noise_rate: the fraction of training captions the file re-pairs.
+        ratio: ``data.noise_ratio``.
+    """
+    if abs(noise_rate - float(ratio)) <= tolerance:
+        return None
+    return (f"noise file {path} re-pairs {noise_rate:.1%} of the training captions, but "
+            f"data.noise_ratio is {float(ratio):g}; the file is used and the ratio ignored "
+            f"(set data.noise_ratio to match, or write {RATIO_FIELD} in data.noise_file)")
+
+
 def pairing(arr: np.ndarray, fmt: NoiseFormat, n_captions: int, im_div: int) -> np.ndarray:
     """The image index of every caption, ``(N_cap,)`` int64, from a noise array."""
     if fmt == "caption":

@@ -129,6 +129,22 @@ def _warn_empty(path: Path, empty_lines: list[int]) -> None:
                       f"official code does", NclWarning, stacklevel=3)
 
 
+def split_lines(text: str) -> list[str]:
+    r"""The lines of a caption file, split at ``\n`` only (``\r\n`` works: the caller strips
+    the ``\r``).
+
+    ``str.splitlines`` also breaks at ``\x0b``, ``\x0c``, ``\x1c``-``\x1e``, ``\x85``, U+2028
+    and U+2029, which web captions can contain: one caption would become two and every later
+    caption would be paired with the wrong image. RCL's loader iterates over the file in binary
+    mode, which splits at ``\n`` only (NCR's text mode splits at a lone ``\r`` too). A final
+    newline ends the last line; it does not start an empty one.
+    """
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
 def read_captions(data_dir: Path, split: str) -> tuple[list[str], Path]:
     """Read ``{split}_caps.txt`` or, if absent, ``{split}_caps.tsv`` (CC152K), as UTF-8."""
     txt, tsv = data_dir / f"{split}_caps.txt", data_dir / f"{split}_caps.tsv"
@@ -143,7 +159,7 @@ def read_captions(data_dir: Path, split: str) -> tuple[list[str], Path]:
         raise DataError(f"caption file {path} is not UTF-8: invalid byte at offset "
                         f"{err.start} (line {line})") from None
     if path.suffix == ".txt":
-        captions = [line.strip() for line in text.splitlines()]
+        captions = [line.strip() for line in split_lines(text)]
         _warn_empty(path, [i + 1 for i, c in enumerate(captions) if not c])
         return captions, path
     captions, empty = [], []

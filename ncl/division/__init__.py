@@ -17,6 +17,7 @@ Which function implements what:
   "predict").
 * :func:`rectify_labels` - Eq. 8, clean subset, per sample;
   :func:`rectify_labels_official_2023` - the released code's B x B broadcast (spec 4.2.7);
+  :func:`rectify_labels_official_2022` - the earlier code's ``P_0`` for the whole batch;
   :func:`rectify_noisy_labels` - Eq. 8, noisy subset ``(P^A + P^B) / 2``.
 * :func:`initial_momentum_targets`, :func:`momentum_update` - Eq. 5 (``gamma^0 = 1``);
   :func:`momentum_regularizer` - Eq. 4 per sample (caller: ``lambda * .mean()``, Eq. 6).
@@ -25,11 +26,11 @@ Which function implements what:
 
 Paper versus official NCR code (spec 4.2.7, 9.1-9.2), as switches a method should expose:
 
-1. ``ncr_margin_mode: Literal["per_sample", "official_2023"]`` - clean-subset label:
-   paper ``y_hat_i = w_i + (1 - w_i) P_i`` (:func:`rectify_labels`) versus the code's
-   ``T_ij = w_i + (1 - w_i) P_j`` (:func:`rectify_labels_official_2023`). Older code
-   (before 2023-11) used ``P_0`` for the whole batch and (before 2022-06) ignored soft
-   margins; these historical variants are not implemented.
+1. ``ncr_margin_mode`` - clean-subset label: paper ``y_hat_i = w_i + (1 - w_i) P_i``
+   (:func:`rectify_labels`, ``per_sample``) versus the code's ``T_ij = w_i + (1 - w_i) P_j``
+   (:func:`rectify_labels_official_2023`). Older code (before 2023-11) used ``P_0`` for the
+   whole batch (:func:`rectify_labels_official_2022`, ``official_2022_p0``) and, before
+   2022-06, ignored the soft margins for a fixed one (``official_2021_fixed``, method-level).
 2. ``prediction_form: Literal["hinge", "linear"]`` - P from the per-sample mean hinge
    with margin 0.2 (code) versus Eq. 9's linear ``s = S(v, t) - (row + column negative
    sums / b) / 2``. They differ by ``(alpha - S_ii) / B`` where no hinge term is clamped;
@@ -86,6 +87,7 @@ from ncl.division.prediction import (
 )
 from ncl.division.rectify import (
     rectify_labels,
+    rectify_labels_official_2022,
     rectify_labels_official_2023,
     rectify_noisy_labels,
 )
@@ -113,7 +115,38 @@ __all__ = [
     "normalize_by_top_fraction",
     "partition_indices",
     "rectify_labels",
+    "rectify_labels_official_2022",
     "rectify_labels_official_2023",
     "rectify_noisy_labels",
     "split_by_probability",
+]
+
+# ReCon (CVPR 2025): three-way division into clean / locally associated / noisy pairs with
+# momentum pseudo-labels (Eq. 6-11), ncl.division.three_way.
+from ncl.division.three_way import (  # noqa: E402
+    PseudoLabelInit,
+    PseudoLabelScope,
+    ThreeWayConfig,
+    ThreeWayDivision,
+    divide_three_way,
+    final_labels,
+    initial_pseudo_labels,
+    intra_modal_discrepancy,
+    penalty_factor,
+    three_way_split,
+    update_pseudo_labels,
+)
+
+__all__ += [
+    "PseudoLabelInit",
+    "PseudoLabelScope",
+    "ThreeWayConfig",
+    "ThreeWayDivision",
+    "divide_three_way",
+    "final_labels",
+    "initial_pseudo_labels",
+    "intra_modal_discrepancy",
+    "penalty_factor",
+    "three_way_split",
+    "update_pseudo_labels",
 ]

@@ -2,7 +2,8 @@
 
 The clean subset gets ``y_hat_i = w_i * y_i + (1 - w_i) * P_i`` (paper, per sample) or the
 official code's broadcast ``T_ij = w_i + (1 - w_i) * P_j`` (switch
-``ncr_margin_mode="official_2023"``); the noisy subset gets ``(P^A_i + P^B_i) / 2``.
+``ncr_margin_mode="official_2023"``) or its earlier ``T_i = w_i + (1 - w_i) * P_0``
+(``official_2022_p0``, ``official_2021_fixed``); the noisy subset gets ``(P^A_i + P^B_i) / 2``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,25 @@ def rectify_labels_official_2023(prob: Tensor, prediction: Tensor) -> Tensor:
     _check_pair(prob, prediction, "prob", "prediction")
     w = prob.unsqueeze(1)  # (B, 1)
     return w + (1 - w) * prediction.unsqueeze(0)  # (B, B)
+
+
+def rectify_labels_official_2022(prob: Tensor, prediction: Tensor) -> Tensor:
+    """Clean-subset labels of the NCR code from 2021-10 to 2023-11 (spec 4.2.7).
+
+    Until commit ``60256ba`` the code wrote ``prob * label + (1 - prob) * pl[0]``: the
+    *first* prediction of the batch stands in for every pair, ``T_i = w_i + (1 - w_i) P_0``
+    (a (B, 1) column in the code; its margins are indexed by the image row). From the
+    release to ``31dd08e`` these targets were computed but the hinges used the fixed margin.
+
+    Args:
+        prob: (B,) clean confidences ``w_i``.
+        prediction: (B,) predictions; only ``prediction[0]`` is used.
+
+    Returns:
+        (B,) targets ``T_i``.
+    """
+    _check_pair(prob, prediction, "prob", "prediction")
+    return prob + (1 - prob) * prediction[0]
 
 
 def rectify_noisy_labels(prediction_a: Tensor, prediction_b: Tensor) -> Tensor:

@@ -63,3 +63,34 @@ __all__ = [
     "soft_margin_triplet_loss",
     "triplet_loss",
 ]
+
+# ReCon (CVPR 2025): relation-consistency losses (Eq. 2-4, 13-15), ncl.losses.recon.
+from ncl.losses.recon import (  # noqa: E402
+    SUBSET_CLEAN,
+    SUBSET_LOCAL,
+    SUBSET_NOISY,
+    CrossModalTerms,
+    IntraModalTerms,
+    RelationKL,
+    RowReduction,
+    cross_modal_relation_loss,
+    intra_modal_relation_loss,
+    matrix_kl,
+    proxy_relations,
+    relation_consistency_objective,
+)
+
+__all__ += [
+    "SUBSET_CLEAN",
+    "SUBSET_LOCAL",
+    "SUBSET_NOISY",
+    "CrossModalTerms",
+    "IntraModalTerms",
+    "RelationKL",
+    "RowReduction",
+    "cross_modal_relation_loss",
+    "intra_modal_relation_loss",
+    "matrix_kl",
+    "proxy_relations",
+    "relation_consistency_objective",
+]

@@ -143,7 +143,9 @@ def soft_margin_triplet_loss(
       labelled branch of the code ``M_ij = Psi(w_i + (1 - w_i) P_j)``, mixing the anchor's clean
       probability with the *negative's* memorisation score. A (B, 1) column is also accepted; it
       reproduces the code's unlabelled branch, where ``M_ij = Psi(y_i)`` is indexed by the image
-      row, so ``C_im[i, j]`` (anchor caption ``j``) uses the *negative image's* margin.
+      row, so ``C_im[i, j]`` (anchor caption ``j``) uses the *negative image's* margin, and the
+      labelled branch of the 2022 code (``T_i = w_i + (1 - w_i) P_0``; the method's
+      ``ncr_margin_mode="official_2022_p0"``).
 
     Reduction used by the official code: a **sum** over samples (NCR ``train`` mode).
 

@@ -248,6 +248,41 @@ class RetrievalMethod(L.LightningModule):
             sims["+".join(self.network_names)] = ensemble(list(sims.values()))
         return sims
 
+    # ------------------------------------------------------------------ model selection
+    def is_warmup_epoch(self, epoch: int) -> bool:
+        """Whether ``epoch`` is a warm-up epoch (default: no method has one).
+
+        While fitting, a warm-up epoch's validation is logged under ``val_warmup/*`` (and
+        ``val_warmup_<network>/*``) instead of ``val/*``, so a best checkpoint monitoring
+        ``val/rsum`` never selects it: the official code validates its warm-up but selects
+        among the main epochs only (spec 4.2.3, 5.5). Methods with a warm-up override this
+        hook and take an init argument ``select_warmup`` (true: log and select as usual).
+        """
+        return False
+
+    def _excluded_from_selection(self) -> bool:
+        """This validation is a warm-up epoch's, inside ``fit``, and not to be selected."""
+        trainer = self.trainer
+        return (trainer.state.fn == "fit" and self.is_warmup_epoch(self.current_epoch)
+                and not self.hparams.get("select_warmup", False))
+
+    def _skip_monitored_checkpoints(self) -> None:
+        """Let every checkpoint callback monitoring a validation key (``val/*``, ``val_A/*``,
+        not ``val_warmup*``) skip this epoch.
+
+        No such key is logged in a warm-up epoch, and Lightning 2.6's ModelCheckpoint
+        raises "could not find the monitored key" when its monitor is missing after a
+        validation run. It skips an epoch whose global step it has already saved at
+        (``_should_skip_saving_checkpoint``), so that step is what these callbacks are told;
+        the next epoch has a new step. Callbacks without a monitor (``last.ckpt``) still save.
+        ``tests/cli/test_selection.py`` checks this through the CLI, so a Lightning change
+        that breaks it fails there.
+        """
+        for callback in self.trainer.checkpoint_callbacks:
+            monitor = getattr(callback, "monitor", None) or ""
+            if monitor.startswith("val") and not monitor.startswith("val_warmup"):
+                callback._last_global_step_saved = self.trainer.global_step
+
     def on_validation_epoch_end(self) -> None:
         if self.trainer.sanity_checking or not self._eval_store.get("cap_index"):
             self._eval_store = {}  # the sanity check only runs the steps
@@ -258,8 +293,12 @@ class RetrievalMethod(L.LightningModule):
         selected = list(sims)[-1]  # the ensemble when there are several networks
         if self.trainer.is_global_zero:
             print(_summary_line(self.current_epoch, selected, results[selected]["1k"]), flush=True)
+        warmup = self._excluded_from_selection()
+        if warmup:
+            self._skip_monitored_checkpoints()
         for name, by_protocol in results.items():
             prefix = "val" if name == selected else f"val_{name}"
+            prefix = prefix.replace("val", "val_warmup", 1) if warmup else prefix
             for key in ("rsum", "i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10"):
                 self.log(f"{prefix}/{key}", by_protocol["1k"][key], prog_bar=key == "rsum" and prefix == "val",
                          sync_dist=False, rank_zero_only=False)

@@ -6,20 +6,40 @@
 * :class:`InfoNCE` - symmetric InfoNCE over the batch.
 
 Both accept ``clean_only=True``: the "-C" upper reference ("SGR-C") that trains only on the
-truly clean pairs. It reads the ground-truth mask *on purpose*; no other method may.
+truly clean pairs. It reads the ground-truth mask *on purpose*; no other method may. Data
+with real noise (CC152K) has no ground truth, so there it stops with one error.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor
 
-from ncl.data.contracts import retrieval_data
+from ncl.data.contracts import RetrievalData, clean_mask_known, retrieval_data
+from ncl.errors import ConfigError
 from ncl.losses import infonce_loss, triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
+
+
+def clean_only_mask(data: RetrievalData) -> np.ndarray:
+    """The ground-truth clean mask the "-C" oracle trains on.
+
+    Raises:
+        ConfigError: the data has real noise (CC152K), so nobody knows which pairs are clean;
+            the mask would call every pair clean and the oracle would silently become the
+            plain baseline.
+    """
+    if not clean_mask_known(data):
+        raise ConfigError(
+            f"model.init_args.clean_only trains on the ground-truth clean pairs, but "
+            f"{getattr(data, 'data_dir', type(data).__name__)} has real noise (data.real_noise, "
+            f"CC152K) and no ground truth; the '-C' oracle exists only for synthetic noise "
+            f"(F30K, COCO): remove clean_only")
+    return data.clean_mask
 
 
 class _Baseline(RetrievalMethod):
@@ -35,8 +55,8 @@ class _Baseline(RetrievalMethod):
 
     def on_fit_start(self) -> None:
         if self.clean_only:
-            mask = retrieval_data(self.trainer, "model.init_args.clean_only").clean_mask
-            self._clean = torch.as_tensor(mask, dtype=torch.bool)
+            data = retrieval_data(self.trainer, "model.init_args.clean_only")
+            self._clean = torch.as_tensor(clean_only_mask(data), dtype=torch.bool)
 
     def select(self, batch: dict[str, Tensor]) -> dict[str, Tensor] | None:
         """The batch, restricted to ground-truth clean pairs when ``clean_only``."""

@@ -133,6 +133,12 @@ class CRCL(RetrievalMethod):
         estimate_batch_size: batch size of the paper rule's estimate pass (``None``: the
             training batch size, the batches ``p_hat`` is defined over).
         diagnostics: log the label diagnostics every epoch.
+        select_warmup: whether the warm-up epochs (the ``freeze_epochs`` frozen epochs of
+            piece 0, trained with every label still 1, before any correction) may become
+            the best checkpoint. ``false`` (default) logs their validation under
+            ``val_warmup/*``: the official code never selects them (it selects in the last
+            piece), and with ``selection: all`` they would otherwise compete. The frozen
+            epochs of later pieces are not warm-up: the official code selects among them.
     """
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
@@ -142,7 +148,8 @@ class CRCL(RetrievalMethod):
                  tau: float = 0.05, weight: float = 5.0, q: float | None = None,
                  form: AclForm = "official", rule: CorrectionRule = "official",
                  momentum: float = 0.8, threshold: float = 0.1, selection: Selection = "all",
-                 estimate_batch_size: int | None = None, diagnostics: bool = True) -> None:
+                 estimate_batch_size: int | None = None, diagnostics: bool = True,
+                 select_warmup: bool = False) -> None:
         _check_args(pieces, freeze_epochs, tau, weight, q, form, rule, momentum, threshold,
                     selection, estimate_batch_size)
         super().__init__(vocab_size=vocab_size, backbone=backbone, optimizer=optimizer,
@@ -231,6 +238,14 @@ class CRCL(RetrievalMethod):
             optimizer.state.clear()
         self.initialised_piece = piece
         return True
+
+    def is_warmup_epoch(self, epoch: int) -> bool:
+        """The frozen epochs of piece 0 (labels all 1: plain ACL on the noisy pairs), kept
+        out of model selection unless ``select_warmup`` (docs/methods/crcl.md)."""
+        if not 0 <= epoch < self.schedule.total_epochs:
+            return False
+        piece, within = self.location(epoch)
+        return piece == 0 and within < self.hparams.freeze_epochs
 
     def selectable(self, epoch: int) -> bool:
         """Whether epoch ``epoch`` may be selected as the best checkpoint (``selection``)."""

@@ -49,15 +49,26 @@ from ncl.division import (
     memorization_prediction,
     momentum_regularizer,
     rectify_labels,
+    rectify_labels_official_2022,
     rectify_labels_official_2023,
     rectify_noisy_labels,
 )
 from ncl.errors import ConfigError
-from ncl.losses import RecastKind, SoftMarginMode, soft_margin, soft_margin_triplet_loss, triplet_loss
+from ncl.losses import RecastKind, soft_margin, soft_margin_triplet_loss, triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
 
 UnlabelledUpdate = Literal["separate_step", "summed"]
 MrReduction = Literal["sum", "mean"]
+#: Which soft margins the co-training losses use (spec 4.2.7, docs/methods/ncr_lnc.md):
+#: the paper's per-sample margins, or one of the three versions of the released code.
+NcrMarginMode = Literal["per_sample", "official_2023", "official_2022_p0", "official_2021_fixed"]
+NCR_MARGIN_MODES: tuple[str, ...] = ("per_sample", "official_2023", "official_2022_p0",
+                                     "official_2021_fixed")
+#: Labelled-target rule of each mode (``official_2021_fixed`` computes the 2022 targets, as
+#: its code did, but never uses them as margins).
+_RECTIFY = {"per_sample": rectify_labels, "official_2023": rectify_labels_official_2023,
+            "official_2022_p0": rectify_labels_official_2022,
+            "official_2021_fixed": rectify_labels_official_2022}
 
 
 def lr_factor(epoch: int, warmup_epochs: int, lr_update: int) -> float:
@@ -125,8 +136,14 @@ class NCR(RetrievalMethod):
             :func:`psi4_boundary`).
         soft_margin_base: ``m`` of Psi2 (10).
         ncr_margin_mode: ``per_sample`` (paper: ``y_i = w_i + (1-w_i) P_i``, each anchor its
-            own margin) or ``official_2023`` (released code: ``T_ij = w_i + (1-w_i) P_j``
-            broadcast B x B, and the unlabelled column indexed by image; spec 4.2.7).
+            own margin), or the released code at three dates (spec 4.2.7):
+            ``official_2023`` (since 60256ba: ``T_ij = w_i + (1-w_i) P_j`` broadcast B x B),
+            ``official_2022_p0`` (31dd08e..60256ba: ``T_i = w_i + (1-w_i) P_0``, the batch's
+            first prediction for every pair, a (B, 1) column indexed by the image row) or
+            ``official_2021_fixed`` (the code released with the paper, up to 31dd08e: the
+            soft margins are computed but the hinges use the fixed ``margin``, for the
+            labelled and the unlabelled loss). In every ``official_*`` mode the unlabelled
+            margins are a (B, 1) column indexed by the image row.
         prediction_form: P from the mean hinge (``hinge``, code) or LNC Eq. 9 (``linear``).
         p_threshold, clean_rule: co-divide threshold 0.5, ``greater`` (code) or
             ``greater_equal`` (LNC Alg. 1); the official 1 % fallback always applies.
@@ -149,13 +166,18 @@ class NCR(RetrievalMethod):
         seed: seed of every shuffle of the batch plans and of the abandon draw.
         diagnostics: log division sizes and (with ground truth) noise-detection P/R/F1.
         loss_figure: also save a per-sample loss histogram + GMM figure per division.
+        select_warmup: whether a warm-up epoch may become the best checkpoint. ``false``
+            (the shipped configs; the official code selects among co-training epochs only)
+            logs its validation under ``val_warmup/*``, so ``val/rsum`` exists only from
+            the first co-training epoch. The class default ``true`` keeps the behaviour of
+            ncl <= 0.1 for code that builds NCR without a config (docs/methods/ncr_lnc.md).
     """
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
                  grad_clip: float = 2.0, eval_shard_size: int = 1000, warmup_epochs: int = 5,
                  margin: float = 0.2, soft_margin: RecastKind = "exponential",
-                 soft_margin_base: float = 10.0, ncr_margin_mode: SoftMarginMode = "per_sample",
+                 soft_margin_base: float = 10.0, ncr_margin_mode: NcrMarginMode = "per_sample",
                  prediction_form: PredictionForm = "hinge", p_threshold: float = 0.5,
                  clean_rule: CleanRule = "greater", gmm_seed: int | None = 0,
                  division_shuffle: bool = True, unlabelled_start: int | None = None,
@@ -164,7 +186,8 @@ class NCR(RetrievalMethod):
                  mr_weight: float = 1.0, mr_reduction: MrReduction = "mean",
                  mr_detach_normalizer: bool = True, noise_abandon: bool = False,
                  abandon_fraction: float = 0.5, seed: int = 0,
-                 diagnostics: bool = True, loss_figure: bool = False) -> None:
+                 diagnostics: bool = True, loss_figure: bool = False,
+                 select_warmup: bool = True) -> None:
         super().__init__(vocab_size=vocab_size, backbone=backbone, optimizer=optimizer, lr_update=lr_update,
                          grad_clip=grad_clip, eval_shard_size=eval_shard_size,
                          n_networks=2)
@@ -253,6 +276,11 @@ class NCR(RetrievalMethod):
     @property
     def in_warmup(self) -> bool:
         return self.current_epoch < self.hparams.warmup_epochs
+
+    def is_warmup_epoch(self, epoch: int) -> bool:
+        """Epochs ``0 .. warmup_epochs - 1`` (model selection skips them unless
+        ``select_warmup``; :meth:`~ncl.methods.base.RetrievalMethod.is_warmup_epoch`)."""
+        return epoch < self.hparams.warmup_epochs
 
     def unlabelled_loss_on(self) -> bool:
         """Whether the noisy-subset loss is used in the current co-training epoch."""
@@ -347,8 +375,10 @@ class NCR(RetrievalMethod):
         """Co-rectify (LNC Eq. 8-9; spec 4.2.6 step 1), both networks in eval mode, no grad.
 
         Returns:
-            The labelled targets, ``(B_l,)`` (``per_sample``) or ``(B_l, B_l)``
-            (``official_2023``), and the unlabelled targets ``(B_u,)`` or ``None``.
+            The labelled targets, ``(B_l,)`` (``per_sample``: ``w_i + (1-w_i) P_i``;
+            ``official_2022_p0`` and ``official_2021_fixed``: ``w_i + (1-w_i) P_0``) or
+            ``(B_l, B_l)`` (``official_2023``), and the unlabelled targets ``(B_u,)`` or
+            ``None``.
         """
         hp = self.hparams
         net, peer = self.nets[k], self.nets[1 - k]
@@ -356,8 +386,7 @@ class NCR(RetrievalMethod):
         with torch.no_grad(), eval_mode(net, peer):
             p_l = memorization_prediction(self.batch_similarity(labelled, net), hp.margin,
                                           hp.prediction_form)
-            rectify = rectify_labels if hp.ncr_margin_mode == "per_sample" else rectify_labels_official_2023
-            target_l = rectify(w.to(p_l.dtype), p_l)
+            target_l = _RECTIFY[hp.ncr_margin_mode](w.to(p_l.dtype), p_l)
             target_u = None
             if unlabelled is not None:
                 p_uk = memorization_prediction(self.batch_similarity(unlabelled, net), hp.margin,
@@ -370,19 +399,31 @@ class NCR(RetrievalMethod):
     def margins(self, target: Tensor, div: float | None) -> Tensor:
         """Soft margins ``Psi(target)`` (LNC Eq. 11), shaped for ``ncr_margin_mode``.
 
-        A ``(B,)`` target stays ``(B,)`` in ``per_sample`` mode and becomes the official
-        ``(B, 1)`` column (indexed by the image row) in ``official_2023`` mode.
+        A ``(B,)`` target stays ``(B,)`` in ``per_sample`` mode (each anchor its own margin)
+        and becomes the code's ``(B, 1)`` column, indexed by the image row in both hinges, in
+        the ``official_*`` modes; ``official_2023``'s ``(B, B)`` labelled targets stay
+        ``(B, B)``. ``official_2021_fixed`` returns the fixed ``margin`` as a ``(B, 1)``
+        column whatever the targets: the code of 2021 built ``Psi(target)`` and then used
+        ``self.margin`` in the hinges (spec 4.2.7).
         """
         hp = self.hparams
+        if hp.ncr_margin_mode == "official_2021_fixed":
+            return torch.full((target.shape[0], 1), float(hp.margin), dtype=target.dtype,
+                              device=target.device)
         m = soft_margin(target, alpha=hp.margin, kind=hp.soft_margin, base=hp.soft_margin_base, div=div)
-        if hp.ncr_margin_mode == "official_2023" and m.dim() == 1:
+        if hp.ncr_margin_mode != "per_sample" and m.dim() == 1:
             m = m.unsqueeze(1)  # (B, 1)
         return m
 
     def soft_loss(self, k: int, batch: Batch, margins: Tensor) -> Tensor:
-        """Summed hardest-negative soft-margin triplet (LNC Eq. 10; spec 4.2.1 "train")."""
+        """Summed hardest-negative soft-margin triplet (LNC Eq. 10; spec 4.2.1 "train").
+
+        ``margins`` from :meth:`margins`: ``(B,)`` per anchor (``per_sample``) or a tensor
+        broadcast against ``S`` in both hinges, as the code does (``official_*`` modes).
+        """
         sims = self.batch_similarity(batch, self.nets[k])  # (B, B), train mode
-        return soft_margin_triplet_loss(sims, margins, self.hparams.ncr_margin_mode, "hardest").sum()
+        layout = "per_sample" if self.hparams.ncr_margin_mode == "per_sample" else "official_2023"
+        return soft_margin_triplet_loss(sims, margins, layout, "hardest").sum()
 
     def cotrain_step(self, k: int, labelled: Batch, unlabelled: Batch | None) -> None:
         """One iteration of network ``k`` on its peer's division (spec 4.2.6)."""
@@ -408,16 +449,28 @@ class NCR(RetrievalMethod):
         self.log_net(k, logs, labelled["index"].shape[0])
 
     def optimize(self, k: int, loss: Tensor) -> None:
-        """Backward, DDP gradient average of network ``k`` only, clip, step."""
+        """Backward, DDP gradient average of network ``k`` only, then the step, which clips
+        first (:meth:`on_before_optimizer_step`)."""
         opt = self.optimizers()[k]
         opt.zero_grad()
         with self._no_ddp_sync():
             self.manual_backward(loss)
         average_gradients(self.nets[k])
-        if self.hparams.grad_clip > 0:
-            self.clip_gradients(opt, gradient_clip_val=self.hparams.grad_clip,
-                                gradient_clip_algorithm="norm")
         opt.step()
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Clip the stepping network's global gradient norm at ``grad_clip`` (spec 4.1).
+
+        Clipping here rather than before ``opt.step()``: Lightning calls this hook inside the
+        step, after the precision plugin has unscaled the gradients (``16-mixed``: the loss
+        was multiplied by the GradScaler's scale, 2**16 at first). Clipping before the step
+        would clip the scaled gradients, i.e. at ``grad_clip / scale`` in true units. With
+        ``32`` and ``bf16-mixed`` (no scaler) the hook also runs just before the step, so
+        nothing changes there. ``optimizer`` holds network ``k``'s parameters only.
+        """
+        if self.hparams.grad_clip > 0:
+            self.clip_gradients(optimizer, gradient_clip_val=self.hparams.grad_clip,
+                                gradient_clip_algorithm="norm")
 
     @contextmanager
     def _no_ddp_sync(self) -> Iterator[None]:
@@ -440,7 +493,7 @@ def _check_args(warmup_epochs: int, margin: float, soft_margin: str, soft_margin
                 abandon_fraction: float) -> None:
     """Raise ConfigError (a ValueError) naming the offending ``model.*`` option."""
     choices = {"soft_margin": (soft_margin, ("linear", "exponential", "sin", "sigmoid")),
-               "ncr_margin_mode": (ncr_margin_mode, ("per_sample", "official_2023")),
+               "ncr_margin_mode": (ncr_margin_mode, NCR_MARGIN_MODES),
                "prediction_form": (prediction_form, ("hinge", "linear")),
                "unlabelled_update": (unlabelled_update, ("separate_step", "summed")),
                "mr_reduction": (mr_reduction, ("sum", "mean"))}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import pickle
 import re
-import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,9 +26,9 @@ import torch
 from torch import Tensor, nn
 
 from ncl.models.sgraf import SGRAF
+from ncl.models.state_dicts import EMBED_KEY, prepare_state, strip_prefix
 
 PARTS = ("img_enc", "txt_enc", "sim_enc")
-EMBED_KEY = "embed.weight"
 NET_KEY = re.compile(r"^nets\.(\d+)\.(.+)$")
 """``nets.<k>.<parameter>``: network ``k`` of an ncl method's ``state_dict``."""
 DECL_OPTIONS = ("lambda1", "lambda2", "mu")
@@ -269,58 +268,6 @@ def load_official_into(model: SGRAF, three_state_dicts: list[dict]) -> None:
                          f"sim_enc], got {len(three_state_dicts)}")
     prepared = []
     for part, state in zip(PARTS, three_state_dicts):
-        prepared.append(_prepare(part, getattr(model, part), _strip_prefix(state)))
+        prepared.append(prepare_state(part, getattr(model, part), strip_prefix(state)))
     for part, state in zip(PARTS, prepared):
         getattr(model, part).load_state_dict(state, strict=True)
-
-
-def _strip_prefix(state: Mapping) -> dict:
-    """Drop a ``module.`` prefix that ``nn.DataParallel`` adds to every key."""
-    if state and all(str(k).startswith("module.") for k in state):
-        return {k[len("module."):]: v for k, v in state.items()}
-    return dict(state)
-
-
-def _prepare(part: str, target: nn.Module, state: dict) -> dict[str, Tensor]:
-    """Check ``state`` against ``target``'s and return a dict ready for strict loading."""
-    own = target.state_dict()
-    missing = [k for k in own if k not in state and not k.endswith("num_batches_tracked")]
-    unexpected = [k for k in state if k not in own]
-    if missing or unexpected:
-        raise ValueError(f"{part}: state dict does not match the model: missing keys "
-                         f"{missing}, unexpected keys {unexpected}")
-    ready = {}
-    for key, mine in own.items():
-        if key not in state:  # a num_batches_tracked counter
-            ready[key] = mine
-            continue
-        theirs = state[key]
-        if not isinstance(theirs, Tensor):
-            raise ValueError(f"{part}.{key}: expected a tensor, got {type(theirs).__name__}")
-        if theirs.shape == mine.shape:
-            ready[key] = theirs
-        elif part == "txt_enc" and key == EMBED_KEY and _one_row_short(theirs, mine):
-            ready[key] = _pad_mask_row(theirs, mine)
-        else:
-            hint = ""
-            if part == "txt_enc" and key == EMBED_KEY and _one_row_short(mine, theirs):
-                hint = " (the checkpoint has a <mask> row: build SGRAF with add_mask_token=True)"
-            raise ValueError(f"{part}.{key}: checkpoint shape {tuple(theirs.shape)} does not "
-                             f"match model shape {tuple(mine.shape)}{hint}")
-    return ready
-
-
-def _one_row_short(small: Tensor, big: Tensor) -> bool:
-    """True if ``small`` equals ``big`` with its last row removed, shape-wise."""
-    return (small.dim() == 2 and small.shape[1] == big.shape[1]
-            and small.shape[0] + 1 == big.shape[0])
-
-
-def _pad_mask_row(theirs: Tensor, mine: Tensor) -> Tensor:
-    """Checkpoint rows ``0..V-1`` plus the model's own ``<mask>`` row ``V``."""
-    warnings.warn(f"txt_enc.{EMBED_KEY}: checkpoint has {theirs.shape[0]} rows and the model "
-                  f"{mine.shape[0]}; copied the first {theirs.shape[0]} rows, the <mask> row "
-                  "keeps its initialisation", stacklevel=4)
-    merged = mine.clone()
-    merged[: theirs.shape[0]] = theirs.to(merged.dtype)
-    return merged

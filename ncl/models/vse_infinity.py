@@ -25,7 +25,6 @@ state dicts ``[img_enc, txt_enc]`` (``VSEModel.state_dict``; CRCL saves it under
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -35,11 +34,11 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from ncl.errors import ConfigError
 from ncl.models.gpo import GPO
 from ncl.models.layers import init_linear_uniform, l2norm
+from ncl.models.state_dicts import prepare_state, strip_prefix
 
 #: Size of GPO's positional encodings and of its GRU (hard-wired in the official code).
 GPO_DIM = 32
 PARTS = ("img_enc", "txt_enc")
-EMBED_KEY = "embed.weight"
 
 
 class MLP(nn.Module):
@@ -270,8 +269,11 @@ class VSEInfinity(nn.Module):
                    else type(state_dicts).__name__)
             raise ConfigError("VSEInfinity.load_official_state needs a list of 2 state dicts "
                               f"[img_enc, txt_enc] (spec 3.6), got {got}")
-        ready = [_prepare(part, getattr(self, part), _strip_prefix(state))
-                 for part, state in zip(PARTS, state_dicts)]
+        try:
+            ready = [prepare_state(part, getattr(self, part), strip_prefix(state))
+                     for part, state in zip(PARTS, state_dicts)]
+        except ValueError as err:
+            raise ConfigError(f"VSEInfinity.load_official_state: {err}") from None
         for part, state in zip(PARTS, ready):
             getattr(self, part).load_state_dict(state, strict=True)
 
@@ -302,57 +304,3 @@ def _check_lengths(lengths: Tensor, batch: int, limit: int, name: str, axis: str
         raise ValueError(f"{name} must lie in [1, {limit}] ({axis}), got "
                          f"[{int(lengths.min())}, {int(lengths.max())}]")
     return lengths
-
-
-# ---------------------------------------------------------------------- checkpoint helpers
-def _strip_prefix(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """Drop the ``module.`` prefix ``nn.DataParallel`` puts on every key."""
-    if state and all(str(k).startswith("module.") for k in state):
-        return {k[len("module."):]: v for k, v in state.items()}
-    return dict(state)
-
-
-def _prepare(part: str, target: nn.Module, state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Check ``state`` against ``target`` and return a dict ready for strict loading.
-
-    Raises:
-        ConfigError: Missing or unexpected keys, a non-tensor value, or a shape mismatch.
-    """
-    own = target.state_dict()
-    missing = [k for k in own if k not in state and not k.endswith("num_batches_tracked")]
-    unexpected = [k for k in state if k not in own]
-    if missing or unexpected:
-        raise ConfigError(f"{part}: the state dict does not match VSEInfinity: missing keys "
-                          f"{missing}, unexpected keys {unexpected}")
-    ready: dict[str, Tensor] = {}
-    for key, mine in own.items():
-        theirs = state.get(key, mine)  # only num_batches_tracked may be absent
-        if not isinstance(theirs, Tensor):
-            raise ConfigError(f"{part}.{key}: expected a tensor, got {type(theirs).__name__}")
-        if theirs.shape == mine.shape:
-            ready[key] = theirs
-        elif part == "txt_enc" and key == EMBED_KEY and _one_row_short(theirs, mine):
-            ready[key] = _pad_mask_row(theirs, mine)
-        else:
-            hint = ""
-            if part == "txt_enc" and key == EMBED_KEY and _one_row_short(mine, theirs):
-                hint = " (the checkpoint has a <mask> row: set add_mask_token: true)"
-            raise ConfigError(f"{part}.{key}: checkpoint shape {tuple(theirs.shape)} does not "
-                              f"match the model's {tuple(mine.shape)}{hint}")
-    return ready
-
-
-def _one_row_short(small: Tensor, big: Tensor) -> bool:
-    """True if ``small`` has the shape of ``big`` minus its last row."""
-    return (small.dim() == 2 and big.dim() == 2 and small.shape[1] == big.shape[1]
-            and small.shape[0] + 1 == big.shape[0])
-
-
-def _pad_mask_row(theirs: Tensor, mine: Tensor) -> Tensor:
-    """The checkpoint's rows ``0..V-1`` plus the model's own ``<mask>`` row ``V``."""
-    warnings.warn(f"txt_enc.{EMBED_KEY}: the checkpoint has {theirs.shape[0]} rows and the model "
-                  f"{mine.shape[0]}; copied the first {theirs.shape[0]}, the <mask> row keeps its "
-                  "initialisation", stacklevel=4)
-    merged = mine.clone()
-    merged[: theirs.shape[0]] = theirs.to(merged.dtype)
-    return merged

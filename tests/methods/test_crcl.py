@@ -223,3 +223,12 @@ def test_selection_and_training_state_round_trip() -> None:
     assert (fresh.label_epoch, fresh.initialised_piece) == (5, 2)
     assert torch.equal(fresh.label_snapshot, torch.zeros(20))
     assert filter_confident_noise(fresh.labels.values[0]).shape == (20,)
+
+
+def test_warmup_is_the_frozen_epochs_of_the_first_piece_only() -> None:
+    # pieces [3, 3] with e_f = 2: epochs 0-1 (piece 0, labels still all 1) are warm-up; the
+    # frozen epochs 3-4 of piece 1 are not (the official code selects among them).
+    model = _model(pieces=[3, 3], freeze_epochs=2)
+    assert [model.is_warmup_epoch(e) for e in range(7)] == [True, True] + [False] * 5
+    assert not model.hparams.select_warmup  # default: warm-up never becomes the best checkpoint
+    assert not any(_model(pieces=[3, 3], freeze_epochs=0).is_warmup_epoch(e) for e in range(6))

@@ -86,8 +86,9 @@ def test_fit_select_last_piece_and_test(tmp_path: Path, synthetic_cache: Path) -
     main(["fit", "--config", str(config)])
     folder = run_folder(tmp_path)
     rsum, selected = per_epoch(folder, "val/rsum"), per_epoch(folder, "val/rsum_selected")
-    assert sorted(rsum) == [0, 1, 2, 3]
-    assert selected == {0: -1.0, 1: -1.0, 2: rsum[2], 3: rsum[3]}  # only the last piece competes
+    # epoch 0 is piece 0's frozen epoch (e_f = 1): warm-up, logged apart and never selected
+    assert sorted(per_epoch(folder, "val_warmup/rsum")) == [0] and sorted(rsum) == [1, 2, 3]
+    assert selected == {1: -1.0, 2: rsum[2], 3: rsum[3]}  # only the last piece competes
     best = list((folder / "checkpoints").glob("best-*.ckpt"))
     assert len(best) == 1 and best[0].name in ("best-epoch=2.ckpt", "best-epoch=3.ckpt")
     assert per_epoch(folder, "crcl/piece") == {0: 0.0, 1: 0.0, 2: 1.0, 3: 1.0}
@@ -135,7 +136,8 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path: Path, synthetic_cache: P
     assert run_folder(tmp_path / "killed") == folder
 
     assert per_epoch(folder, "val/rsum") == per_epoch(straight, "val/rsum")
-    assert sorted(per_epoch(folder, "val/rsum")) == [0, 1, 2, 3]
+    assert per_epoch(folder, "val_warmup/rsum") == per_epoch(straight, "val_warmup/rsum")
+    assert sorted(per_epoch(folder, "val/rsum")) == [1, 2, 3]  # epoch 0: piece 0's warm-up
     a, b = last(straight), last(folder)
     assert a["epoch"] == b["epoch"] == 3
     for key, value in a["state_dict"].items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -188,3 +189,67 @@ def test_mr_prediction_values_and_detached_normaliser(form: str) -> None:
     assert float(grad[~own].abs().max()) == 0.0  # tau is constant: only pair i's row/column
     through = torch.autograd.grad(mr_prediction(sims, 0.2, form, False)[i], sims)[0]
     assert float(through[~own].abs().max()) > 0.0  # through tau the top pairs move too
+
+
+# A fixed batch for the margin modes (rows = images, columns = captions; diagonal 0.9, 0.7,
+# 0.6), the peer's clean probabilities w and the predictions P (both networks), with the
+# linear Psi (margin = 0.2 * target) so that every loss below is a hand sum of hinges.
+_S = torch.tensor([[0.9, 0.5, 0.2], [0.6, 0.7, 0.4], [0.3, 0.8, 0.6]])
+_W = torch.tensor([0.0, 0.0, 0.5])
+_P = torch.tensor([0.5, 0.0, 0.5])
+# Labelled loss, summed hardest negatives, sum_i max_j C_s[i, j] + sum_j max_i C_im[i, j]:
+# * per_sample: y = w + (1-w) P = (0.5, 0, 0.75), a = (0.1, 0, 0.15) per anchor:
+#   C_s row 2: 0.15 + 0.8 - 0.6 = 0.35 (rows 0, 1: 0); C_im column 1: 0 + 0.8 - 0.7 = 0.1 -> 0.45
+# * official_2022_p0: T = w + (1-w) P_0 = (0.5, 0.5, 0.75), a (3, 1) column by image row:
+#   C_s row 2: 0.35; C_im[2, 1] = 0.15 + 0.8 - 0.7 = 0.25 (the negative image's margin) -> 0.6
+# * official_2023: T_ij = w_i + (1-w_i) P_j, M = 0.2 T = [[.1, 0, .1], [.1, 0, .1], [.15, .1, .15]]:
+#   C_s[2, 1] = 0.1 + 0.8 - 0.6 = 0.3; C_im[2, 1] = 0.1 + 0.8 - 0.7 = 0.2 -> 0.5
+# * official_2021_fixed: margin 0.2 everywhere: C_s row 1: 0.2 + 0.6 - 0.7 = 0.1, row 2: 0.4;
+#   C_im column 1: 0.2 + 0.8 - 0.7 = 0.3 -> 0.8
+# Unlabelled loss, y = (P^A + P^B) / 2 = P, a = 0.2 P = (0.1, 0, 0.1):
+# * per_sample: C_s[2, 1] = 0.1 + 0.8 - 0.6 = 0.3; C_im column 1: 0 + 0.8 - 0.7 = 0.1 -> 0.4
+# * the code's (3, 1) column (2022, 2023): C_s 0.3; C_im[2, 1] = 0.1 + 0.8 - 0.7 = 0.2 -> 0.5
+# * official_2021_fixed: 0.8 as above.
+_HAND = {"per_sample": (0.45, 0.4), "official_2022_p0": (0.6, 0.5),
+         "official_2023": (0.5, 0.5), "official_2021_fixed": (0.8, 0.8)}
+
+
+@pytest.mark.parametrize("mode", sorted(_HAND))
+def test_margin_modes_match_hand_computed_losses(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _model(ncr_margin_mode=mode, soft_margin="linear")
+    model.division = Division(0, torch.zeros(2, 20), torch.stack([_W.repeat(7)[:20]] * 2),
+                              torch.ones(2, 20, dtype=torch.bool))
+    model.batch_similarity = lambda batch, net=None: _S.clone()
+    monkeypatch.setattr("ncl.methods.ncr.memorization_prediction", lambda *args, **kwargs: _P.clone())
+    rec = _Recorder(model, unlabelled_on=True)
+    model.cotrain_step(0, _batch([0, 1, 2]), _batch([3, 4, 5]))  # w of pairs 0, 1, 2 = _W
+    (_, loss_l), (_, loss_u) = rec.losses  # separate steps: labelled, then unlabelled
+    expected_l, expected_u = _HAND[mode]
+    torch.testing.assert_close(loss_l, torch.tensor(expected_l))
+    torch.testing.assert_close(loss_u, torch.tensor(expected_u))
+
+
+def test_p0_targets_use_the_first_prediction_for_every_pair() -> None:
+    model = _model(ncr_margin_mode="official_2022_p0")
+    _with_division(model, prob_a=0.25, prob_b=0.25)
+    lab = _batch([1, 2, 4, 6])
+    target_l, _ = model.rectified_targets(0, lab, None)
+    p = _eval_prediction(model.nets[0], lab)
+    torch.testing.assert_close(target_l, (0.25 + 0.75 * p[0]).expand(4))  # T_i = w_i + (1-w_i) P_0
+    assert model.margins(target_l, None).shape == (4, 1)  # the code's image-indexed column
+
+
+def test_fixed_mode_ignores_targets_and_soft_margin_function() -> None:
+    model = _model(ncr_margin_mode="official_2021_fixed", soft_margin="sigmoid", margin=0.3)
+    margins = model.margins(torch.tensor([0.0, 0.4, 1.0]), div=None)  # sigmoid needs no div here
+    torch.testing.assert_close(margins, torch.full((3, 1), 0.3))
+
+
+def test_warmup_epochs_are_kept_out_of_selection_only_on_request() -> None:
+    model = _model(warmup_epochs=2)
+    assert [model.is_warmup_epoch(e) for e in range(4)] == [True, True, False, False]
+    assert model.hparams.select_warmup  # class default: old behaviour; configs set false
+    for config in ("ncr_sgr_f30k", "ncr_sgr_coco", "ncr_sgr_cc152k", "lnc_sgr_f30k",
+                   "lnc_sgr_coco", "lnc_sgr_cc152k", "lnc_rna_sgr_f30k"):
+        text = (Path(__file__).resolve().parents[2] / "configs" / f"{config}.yaml").read_text()
+        assert "    select_warmup: false\n" in text, config
