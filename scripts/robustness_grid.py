@@ -31,6 +31,15 @@ WARMUP = 5  # warm-up epochs of SGR* and NCR/LNC
 # quickstart can be tuned for a first run without moving the benchmark (the quickstart now
 # uses batch 16; every table in docs/results.md was measured with batch 64).
 BENCH = ["--data.batch_size=64"]
+# relation_temperature 0.3: at the code default 1.0 the intra-modal check never fires on this
+# benchmark (D_l empty every epoch), at 0.1 D_c is empty every epoch (docs/methods/recon.md,
+# "Measured": the probe at 40 % caption noise).
+RECON = ["--model=ncl.methods.recon.ReCon", f"--model.warmup_epochs={WARMUP}", "--model.tau=0.1",
+         "--model.relation_temperature=0.3", "--data.augment=ncl.data.augment.CaptionRegionAugment"]
+# ReCon's division diagnostics (ThreeWayDiagnostics: the division in effect for an epoch):
+# subset sizes of D_c, D_l, D_n and the truly noisy pairs in each.
+DIVISION_KEYS = [f"division/{name}{suffix}" for name in ("clean", "local", "noisy")
+                 for suffix in ("", "_true_noisy")]
 # Method name -> CLI overrides on top of the quickstart config (same backbone, optimiser,
 # data; only the loss changes).
 METHODS: dict[str, list[str]] = {
@@ -49,6 +58,15 @@ METHODS: dict[str, list[str]] = {
     # each), with its official training augmentation; docs/methods/crcl.md.
     "crcl": ["--model=ncl.methods.crcl.CRCL", "--model.pieces=[5, 5, 4]", "--model.freeze_epochs=3",
              "--data.augment=ncl.data.augment.CaptionRegionAugment"],
+    # ReCon (docs/methods/recon.md): eta = 5 triplet warm-up epochs (Eq. 12, summed negatives),
+    # then the three-way division every epoch; its own L_CM temperature (tau 0.1, paper Sect.
+    # 4.2; the quickstart's tau 0.05 is RCL's and would otherwise carry over) and the published
+    # training augmentation, as in configs/recon_saf_synthetic.yaml; everything else (data,
+    # backbone dimensions, Adam lr 2e-3, lr_update 30, batch 64, clip 2.0) is the quickstart's.
+    "recon": RECON,
+    # Ablation without the intra-modal check: y^IM lies in [0, 1), so omega2 = 1 puts every
+    # rough-clean pair into D_c and D_l stays empty (L_IM is still trained on D_c).
+    "recon_no_im": [*RECON, "--model.omega2=1.0"],
     "clean": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
               "--model.clean_only=true"],
     "clean_sum": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=sum",
@@ -76,6 +94,14 @@ def run_cell(method: str, noise: float, seed: int, epochs: int, noise_type: str,
     # Co-teaching: noise-detection F1 of each network's first division (right after warm-up).
     # (LNC's noise abandon also divides during warm-up; those epochs are skipped.)
     first_division = next((r for r in logged if r.get("division/A/f1") and int(r["epoch"]) >= WARMUP), {})
+    # ReCon: the three-way division per epoch ([epoch, |D_c|, noisy in D_c, |D_l|, noisy in D_l,
+    # |D_n|, noisy in D_n]) and the last epoch's as separate columns (empty for other methods).
+    divisions = {}
+    for r in logged:
+        if r.get("division/clean"):
+            divisions[int(r["epoch"])] = [int(float(r[k])) if r.get(k) else None for k in DIVISION_KEYS]
+    per_epoch = [[epoch, *values] for epoch, values in sorted(divisions.items())]
+    last_division = dict(zip(DIVISION_KEYS, per_epoch[-1][1:])) if per_epoch else {}
     best = max(run_root.rglob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
     subprocess.run([sys.executable, "-m", "ncl.cli", "test", *common, f"--ckpt_path={best}"],
                    check=True, env=env, capture_output=True, text=True)
@@ -85,7 +111,10 @@ def run_cell(method: str, noise: float, seed: int, epochs: int, noise_type: str,
             "best_val_rsum": max(rsums), "last_val_rsum": rsums[-1], "test_rsum": test_rsum,
             "fit_seconds": round(fit_seconds, 1), "val_rsums": [round(v, 1) for v in rsums],
             "f1_after_warmup": [round(float(first_division[f"division/{n}/f1"]), 3)
-                                for n in "AB" if first_division.get(f"division/{n}/f1")]}
+                                for n in "AB" if first_division.get(f"division/{n}/f1")],
+            "best_ckpt": best.name,
+            **{"last_" + k.replace("/", "_"): last_division.get(k, "") for k in DIVISION_KEYS},
+            "divisions": per_epoch}
 
 
 def table(rows: list[dict]) -> str:
