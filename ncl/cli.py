@@ -1,7 +1,8 @@
 """The ``ncl`` command: a LightningCLI in subclass mode.
 
-``ncl fit | validate | test --config FILE [--config FILE ...] [--key value ...]`` (``predict``
-is reserved: it says that ranking suspicious pairs is planned and exits with status 2).
+``ncl fit | validate | test --config FILE [--config FILE ...] [--key value ...]``;
+``ncl predict ... --out FILE`` ranks a split's pairs by how likely they are mismatched
+(:mod:`ncl.predict`, handled before the LightningCLI subcommands).
 Methods (``model``) and DataModules (``data``) are chosen by ``class_path`` in YAML; the
 resolved config is saved as ``config.yaml`` in every run directory. The vocabulary size is
 read from the DataModule's vocabulary file and passed to the method, so a config never has
@@ -144,10 +145,7 @@ class NclCLI(LightningCLI):
 
 
 # --------------------------------------------------------------------- helpers of main()
-UNAVAILABLE = {
-    "predict": "ncl predict (ranking the training pairs by how likely they are mismatched) is "
-               "planned but not available yet; use 'ncl test' for retrieval results",
-}
+UNAVAILABLE: dict[str, str] = {}  # reserved subcommands: name -> why it is refused
 # Output folders checked by the parser, for main()'s fallback on OSError (see _output_error).
 _OUTPUT_ROOTS: list[Path] = []
 # errno values meaning "this output location cannot be written", as opposed to a bug.
@@ -288,6 +286,12 @@ def main(args: Sequence[str] | None = None) -> None:
     _OUTPUT_ROOTS.clear()
     epilog = catalogue()
     try:
+        if subcommand == "predict":  # not a Trainer method: ncl.predict builds what it needs
+            from ncl.predict import run_predict
+
+            argv = list(args) if args is not None else sys.argv[1:]
+            run_predict(argv[argv.index("predict") + 1:])
+            return
         NclCLI(RetrievalMethod, L.LightningDataModule, subclass_mode_model=True,
                subclass_mode_data=True, args=list(args) if args is not None else None,
                save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False,

@@ -121,11 +121,11 @@ def test_ncl_warnings_are_one_console_line(capsys) -> None:
 
 
 # ---------------------------------------------------------------- 5. predict
-def test_predict_is_refused_before_anything_is_created(tmp_path: Path) -> None:
+def test_predict_without_out_is_refused_before_anything_is_created(tmp_path: Path) -> None:
     out = run_ncl("predict", "--config", QUICKSTART, cwd=tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == error_lines(out.stderr)  # one line, nothing else
-    assert "planned" in out.stderr and "not available yet" in out.stderr
+    assert "needs --out FILE" in out.stderr
     assert not list(tmp_path.iterdir())
 
 

@@ -1,0 +1,199 @@
+"""``ncl predict``: a tiny RCL-SAF trained with ``ncl fit`` on synthetic data with injected
+caption noise, then ranked through the real CLI (configs/eval_sgraf_f30k.yaml with tiny
+overrides); and the pure ranking/metrics functions on hand-built numbers."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from ncl.cli import main
+from ncl.data.datamodule import SyntheticDataModule
+from ncl.predict import COLUMNS, detection_summary, suspicion_order, top_k_precision
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = {"img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16, "sim_dim": 8}
+NOISE = {"noise_type": "caption", "noise_ratio": 0.4, "noise_seed": 0, "noise_file": None}
+
+
+def _data(cache: Path) -> dict:
+    return {"class_path": "ncl.data.datamodule.SyntheticDataModule",
+            "init_args": {"preset": "tiny", "n_train": None, "cache_dir": str(cache),
+                          "batch_size": 16, "eval_batch_size": 32, **NOISE}}
+
+
+def _write(path: Path, content: dict) -> Path:
+    path.write_text(yaml.safe_dump(content))
+    return path
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory, synthetic_cache: Path) -> Path:
+    """best.ckpt of configs/rcl_saf_f30k.yaml trained 4 steps on tiny noisy data."""
+    root = tmp_path_factory.mktemp("predict_run")
+    override = _write(root / "fit.yaml", {
+        "data": _data(synthetic_cache), "model": {"init_args": {"backbone": {"init_args": TINY}}},
+        "trainer": {"max_epochs": 1, "limit_train_batches": 4, "accelerator": "cpu",
+                    "enable_progress_bar": False}})
+    with contextlib.chdir(root):  # the config writes runs/<project>/<name>/... under the cwd
+        main(["fit", "--config", str(REPO / "configs" / "rcl_saf_f30k.yaml"), "--config", str(override)])
+    [found] = sorted(root.rglob("best-*.ckpt"))
+    return found
+
+
+def _predict_args(root: Path, cache: Path, ckpt: Path | str, out: Path) -> list[str]:
+    override = _write(root / "predict.yaml", {
+        "data": _data(cache),
+        "model": {"init_args": {
+            "backbones": [{"class_path": "ncl.models.SGRAF",
+                           "init_args": {"module_name": "SAF", "add_mask_token": True, **TINY}}],
+            "checkpoints": [str(ckpt)], "names": ["SAF"], "ensemble_name": None}},
+        "trainer": {"accelerator": "cpu", "default_root_dir": str(root / "eval")}})
+    return ["predict", "--config", str(REPO / "configs" / "eval_sgraf_f30k.yaml"),
+            "--config", str(override), "--out", str(out)]
+
+
+def test_predict_ranks_every_training_pair(tmp_path: Path, synthetic_cache: Path,
+                                           checkpoint: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "suspicious.csv"
+    main(_predict_args(tmp_path, synthetic_cache, checkpoint, out))
+    rows = list(csv.DictReader(out.open(newline="", encoding="utf-8")))
+
+    dm = SyntheticDataModule(preset="tiny", cache_dir=str(synthetic_cache), **NOISE)
+    dm.setup("fit")
+    pairs = dm.train_pairs()
+    assert tuple(rows[0]) == COLUMNS
+    assert len(rows) == pairs.split.n_captions
+    assert sorted(int(r["caption_index"]) for r in rows) == list(range(len(rows)))
+    prob = [float(r["clean_probability"]) for r in rows]
+    assert prob == sorted(prob) and all(0.0 <= p <= 1.0 for p in prob)
+    assert len(set(prob)) > 2  # a ranking, not a constant
+    for r in rows:  # the caption text and the noisy image of that caption index
+        c = int(r["caption_index"])
+        assert r["caption"] == pairs.split.captions[c]
+        assert int(r["image_index"]) == int(pairs.cap2img[c])
+    # some pairs really are re-paired, so the ground truth is not trivial
+    assert 0 < int((~dm.clean_mask).sum()) < len(rows)
+
+    metrics = json.loads((tmp_path / "suspicious.metrics.json").read_text())
+    assert metrics["n_pairs"] == len(rows) and metrics["n_noisy"] == int((~dm.clean_mask).sum())
+    values = [metrics[k] for k in ("precision", "recall", "f1")] + list(metrics["top_k_precision"].values())
+    assert all(0.0 <= v <= 1.0 for v in values)
+    assert set(metrics["top_k_precision"]) == {f"k={metrics['n_noisy']}", "k=100"}
+    # the JSON agrees with the table it sits beside
+    true_clean = dm.clean_mask
+    order = np.array([int(r["caption_index"]) for r in rows])
+    k = metrics["n_noisy"]
+    assert metrics["top_k_precision"][f"k={k}"] == pytest.approx(float((~true_clean[order[:k]]).mean()))
+    assert "F1" in capsys.readouterr().out
+
+
+def test_bad_checkpoint_path_is_one_error_and_no_output(tmp_path: Path, synthetic_cache: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "suspicious.csv"
+    with pytest.raises(SystemExit) as exit_info:
+        main(_predict_args(tmp_path, synthetic_cache, tmp_path / "missing.ckpt", out))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ncl: error: model.checkpoints")
+    assert "missing.ckpt" in lines[0]
+    assert not out.exists() and not (tmp_path / "suspicious.metrics.json").exists()
+    assert not list(tmp_path.glob(".suspicious*"))  # no temporary left behind
+
+
+def test_missing_out_is_refused(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["predict", "--config", str(REPO / "configs" / "eval_sgraf_f30k.yaml")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == "ncl: error: ncl predict needs --out FILE (.csv or .parquet)"
+
+
+# ------------------------------------------------------------------ pure functions
+def test_order_is_probability_ascending_then_loss_descending() -> None:
+    prob = np.array([0.9, 0.0, 0.3, 0.0, 1.0])
+    loss = np.array([0.1, 0.5, 0.2, 0.8, 0.0])
+    assert suspicion_order(prob, loss).tolist() == [3, 1, 2, 0, 4]
+
+
+def test_detection_summary_on_hand_built_numbers() -> None:
+    # predicted noisy (< 0.5): pairs 0, 1, 2; truly noisy: 0, 1, 3.
+    prob = np.array([0.1, 0.2, 0.4, 0.6, 0.9, 0.95])
+    loss = np.zeros(6)
+    true_clean = np.array([False, False, True, False, True, True])
+    s = detection_summary(prob, loss, true_clean, top_k=4)
+    assert s["n_noisy"] == 3 and s["predicted_noisy"] == 3
+    assert s["precision"] == pytest.approx(2 / 3) and s["recall"] == pytest.approx(2 / 3)
+    assert s["f1"] == pytest.approx(2 / 3)
+    # order 0, 1, 2, 3, ...: top-3 holds 0, 1 (noisy) and 2 (clean); top-4 adds 3 (noisy)
+    assert s["top_k_precision"] == {"k=3": pytest.approx(2 / 3), "k=4": pytest.approx(3 / 4)}
+
+
+def test_top_k_precision_caps_k_and_handles_zero() -> None:
+    order = np.array([1, 0])  # pair 1 (noisy) ranked first, then pair 0 (clean)
+    true_clean = np.array([True, False])
+    assert top_k_precision(order, true_clean, 1) == 1.0
+    assert top_k_precision(order, true_clean, 10) == 0.5
+    assert top_k_precision(order, true_clean, 0) == 0.0
+
+
+def test_test_split_has_no_metrics_and_drops_a_stale_metrics_file(
+        tmp_path: Path, synthetic_cache: Path, checkpoint: Path) -> None:
+    out = tmp_path / "suspicious.csv"
+    stale = tmp_path / "suspicious.metrics.json"
+    stale.write_text("{}")
+    main([*_predict_args(tmp_path, synthetic_cache, checkpoint, out), "--split", "test"])
+    rows = list(csv.DictReader(out.open(newline="", encoding="utf-8")))
+    test_split = SyntheticDataModule(preset="tiny", cache_dir=str(synthetic_cache))._load("test")
+    assert len(rows) == test_split.n_captions
+    assert all(int(r["image_index"]) == int(r["caption_index"]) // test_split.im_div for r in rows)
+    assert not stale.exists()
+
+
+def test_real_noise_ranks_the_training_pairs_without_metrics(
+        tmp_path: Path, synthetic_cache: Path, checkpoint: Path, capsys: pytest.CaptureFixture) -> None:
+    """As for CC152K: the noise is in the data and nobody knows which pairs it hit."""
+    out = tmp_path / "suspicious.csv"
+    main([*_predict_args(tmp_path, synthetic_cache, checkpoint, out), "--data.real_noise", "true"])
+    rows = list(csv.DictReader(out.open(newline="", encoding="utf-8")))
+    dm = SyntheticDataModule(preset="tiny", cache_dir=str(synthetic_cache), **NOISE)
+    dm.setup("fit")
+    assert len(rows) == dm.train_pairs().split.n_captions
+    assert not (tmp_path / "suspicious.metrics.json").exists()
+    assert "no detection metrics" in capsys.readouterr().out
+
+
+def test_parquet_without_pyarrow_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import builtins
+
+    from ncl.errors import ConfigError
+    from ncl.predict import check_out
+
+    real_import = builtins.__import__
+
+    def no_pyarrow(name: str, *args, **kwargs):  # noqa: ANN002, ANN003
+        if name.startswith("pyarrow"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pyarrow)
+    with pytest.raises(ConfigError, match=r"--out .*x\.parquet: Parquet needs pyarrow"):
+        check_out(tmp_path / "x.parquet")
+    with pytest.raises(ConfigError, match=r"must end with \.csv or \.parquet"):
+        check_out(tmp_path / "x.txt")
+
+
+def test_parquet_table_when_pyarrow_is_installed(tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    from ncl.predict import write_table
+
+    table = {"caption_index": [1, 0], "image_index": [0, 0], "caption": ["b", "a"],
+             "clean_probability": [0.1, 0.9], "similarity": [0.2, 0.8], "loss": [0.5, 0.1]}
+    write_table(table, tmp_path / "x.parquet")
+    assert pq.read_table(tmp_path / "x.parquet").to_pydict() == table
