@@ -4,7 +4,6 @@ boundary), and two CPU processes (DDP on gloo) with identical labels on both ran
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -14,9 +13,9 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-import yaml
 
 from ncl.cli import main
+from tiny_runs import last_checkpoint, per_epoch, run_folder, save_config, tiny_trainer
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
@@ -34,17 +33,7 @@ def write_config(root: Path, cache: Path, model: dict | None = None, trainer: di
         data["augment"] = {"class_path": "ncl.data.augment.CaptionRegionAugment"}
     cfg = {
         "seed_everything": 0,
-        "trainer": {"accelerator": "cpu", "devices": 1, "max_epochs": 4, "deterministic": True,
-                    "log_every_n_steps": 1, "enable_model_summary": False,
-                    "enable_progress_bar": False, "limit_train_batches": STEPS_PER_EPOCH,
-                    "default_root_dir": str(root / "runs"),
-                    "callbacks": [
-                        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                         "init_args": {"monitor": "val/rsum_selected", "mode": "max",
-                                       "filename": "best-{epoch}"}},
-                        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                         "init_args": {"filename": "last", "enable_version_counter": False}}],
-                    **(trainer or {})},
+        "trainer": tiny_trainer(root, 4, STEPS_PER_EPOCH, "val/rsum_selected", **(trainer or {})),
         "model": {"class_path": "ncl.methods.crcl.CRCL",
                   "init_args": {"backbone": {"class_path": "ncl.models.sgraf.SGRAF",
                                              "init_args": BACKBONE},
@@ -53,32 +42,11 @@ def write_config(root: Path, cache: Path, model: dict | None = None, trainer: di
                                 "pieces": [2, 2], "freeze_epochs": 1, "lr_update": 1, **(model or {})}},
         "data": {"class_path": "ncl.data.datamodule.SyntheticDataModule", "init_args": data},
     }
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def run_folder(root: Path) -> Path:
-    folders = sorted((root / "runs" / "lightning_logs").iterdir())
-    assert len(folders) == 1, folders
-    return folders[0]
-
-
-def metric_rows(folder: Path) -> list[dict[str, str]]:
-    with open(folder / "metrics.csv") as handle:
-        return list(csv.DictReader(handle))
-
-
-def per_epoch(folder: Path, key: str) -> dict[int, float]:
-    rows = [r for r in metric_rows(folder) if r.get(key)]
-    epochs = [int(r["epoch"]) for r in rows]
-    assert len(epochs) == len(set(epochs)), f"duplicated rows of {key}: {epochs}"
-    return {int(r["epoch"]): float(r[key]) for r in rows}
+    return save_config(root, cfg)
 
 
 def last(folder: Path) -> dict:
-    return torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False)
+    return last_checkpoint(folder)
 
 
 def test_fit_select_last_piece_and_test(tmp_path: Path, synthetic_cache: Path) -> None:

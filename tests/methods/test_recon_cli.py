@@ -5,16 +5,15 @@ pseudo-labels on both ranks."""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
-import yaml
 
 from ncl.cli import main
+from tiny_runs import last_checkpoint, per_epoch, run_folder, save_config, tiny_trainer
 from ncl.data.datamodule import SyntheticDataModule
 
 BACKBONE = {"module_name": "SAF", "img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16,
@@ -30,17 +29,7 @@ def write_config(root: Path, cache: Path, model: dict | None = None,
             "augment": {"class_path": "ncl.data.augment.CaptionRegionAugment"}}
     cfg = {
         "seed_everything": 0,
-        "trainer": {"accelerator": "cpu", "devices": 1, "max_epochs": 3, "deterministic": True,
-                    "log_every_n_steps": 1, "enable_model_summary": False,
-                    "enable_progress_bar": False, "limit_train_batches": STEPS_PER_EPOCH,
-                    "default_root_dir": str(root / "runs"),
-                    "callbacks": [
-                        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                         "init_args": {"monitor": "val/rsum", "mode": "max",
-                                       "filename": "best-{epoch}"}},
-                        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                         "init_args": {"filename": "last", "enable_version_counter": False}}],
-                    **(trainer or {})},
+        "trainer": tiny_trainer(root, 3, STEPS_PER_EPOCH, **(trainer or {})),
         "model": {"class_path": "ncl.methods.recon.ReCon",
                   "init_args": {"backbone": {"class_path": "ncl.models.sgraf.SGRAF",
                                              "init_args": BACKBONE},
@@ -49,28 +38,11 @@ def write_config(root: Path, cache: Path, model: dict | None = None,
                                 "warmup_epochs": 1, **(model or {})}},
         "data": {"class_path": "ncl.data.datamodule.SyntheticDataModule", "init_args": data},
     }
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def run_folder(root: Path) -> Path:
-    folders = sorted((root / "runs" / "lightning_logs").iterdir())
-    assert len(folders) == 1, folders
-    return folders[0]
-
-
-def per_epoch(folder: Path, key: str) -> dict[int, float]:
-    with open(folder / "metrics.csv") as handle:
-        rows = [r for r in csv.DictReader(handle) if r.get(key)]
-    epochs = [int(r["epoch"]) for r in rows]
-    assert len(epochs) == len(set(epochs)), f"duplicated rows of {key}: {epochs}"
-    return {int(r["epoch"]): float(r[key]) for r in rows}
+    return save_config(root, cfg)
 
 
 def last(folder: Path) -> dict:
-    return torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False)
+    return last_checkpoint(folder)
 
 
 def test_fit_logs_the_division_and_tests(tmp_path: Path, synthetic_cache: Path) -> None:
