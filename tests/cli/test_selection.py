@@ -9,13 +9,12 @@ told to skip those epochs. Checked through the real CLI on tiny synthetic data.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import torch
-import yaml
 
 from ncl.cli import main
+from tiny_runs import metric_rows, run_folder, save_config
 
 BACKBONE = {"module_name": "SAF", "img_dim": 16, "num_regions": 6, "word_dim": 8,
             "embed_size": 16, "sim_dim": 8, "dropout": 0.0, "similarity_strategy": "chunked"}
@@ -44,21 +43,11 @@ def write_config(root: Path, cache: Path, select_warmup: bool, max_epochs: int) 
                  "init_args": {"preset": "tiny", "cache_dir": str(cache), "batch_size": 16,
                                "eval_batch_size": 64, "noise_type": "caption", "noise_ratio": 0.2}},
     }
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def run_folder(root: Path) -> Path:
-    folders = sorted((root / "runs" / "lightning_logs").iterdir())
-    assert len(folders) == 1, folders
-    return folders[0]
+    return save_config(root, cfg)
 
 
 def epochs_with(folder: Path, key: str) -> list[int]:
-    with open(folder / "metrics.csv") as handle:
-        return sorted(int(r["epoch"]) for r in csv.DictReader(handle) if r.get(key))
+    return sorted(int(r["epoch"]) for r in metric_rows(folder) if r.get(key))
 
 
 def test_warmup_epochs_are_never_selected(tmp_path: Path, synthetic_cache: Path) -> None:
