@@ -24,13 +24,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
 
+from ncl.callbacks.tracking import WandbRunContent
 from ncl.checkpoint_io import AtomicCheckpointIO
 from ncl.console import configure_console
 from ncl.errors import ConfigError, NclUserError
+from ncl.loggers import NclWandbLogger
 from ncl.methods.base import RetrievalMethod
 from ncl.runs import (
     CHECKPOINTS,
@@ -127,13 +129,15 @@ class NclCLI(LightningCLI):
             warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> L.Trainer:
-        """Add :class:`AtomicCheckpointIO` unless the config brings its own CheckpointIO, and
-        keep checkpoints in the run folder (``<run>/checkpoints``)."""
+        """Add :class:`AtomicCheckpointIO` unless the config brings its own CheckpointIO, add
+        ncl's callbacks (:func:`added_callbacks`), and keep checkpoints in the run folder
+        (``<run>/checkpoints``)."""
         plugins = config.get("plugins")
         plugins = [] if plugins is None else list(plugins) if isinstance(plugins, list) else [plugins]
         if not any(isinstance(p, CheckpointIO) for p in plugins):
             plugins.append(AtomicCheckpointIO())
         config["plugins"] = plugins
+        callbacks = [*callbacks, *added_callbacks(config, callbacks)]
         trainer = super()._instantiate_trainer(config, callbacks)
         run_dir = getattr(self, "_run_dir", None) or Path(trainer.log_dir or trainer.default_root_dir)
         for callback in trainer.checkpoint_callbacks:
@@ -142,6 +146,39 @@ class NclCLI(LightningCLI):
             if isinstance(callback, ModelCheckpoint) and callback.dirpath is None:
                 callback.dirpath = str(run_dir.resolve() / CHECKPOINTS)
         return trainer
+
+
+def added_callbacks(trainer_config: dict[str, Any], callbacks: Sequence[Callback],
+                    terminal: bool | None = None) -> list[Callback]:
+    """Callbacks ``ncl`` adds to a trainer that the config does not already have.
+
+    * :class:`~ncl.callbacks.tracking.WandbRunContent` when a logger is an enabled
+      :class:`~ncl.loggers.NclWandbLogger` (run files, provenance, test table in W&B);
+    * Lightning's :class:`RichProgressBar` instead of the default tqdm bar when stdout is a
+      terminal, the progress bar is enabled (``enable_progress_bar`` not false: Lightning
+      refuses a progress-bar callback otherwise) and no progress bar is configured. When
+      stdout is not a terminal (a log file, a batch job) Rich draws nothing until a bar is
+      finished (for training: the end of fit), so a log would show no progress at all;
+      Lightning's tqdm bar is kept there.
+
+    Args:
+        trainer_config: the instantiated ``trainer`` section (``logger``, ``callbacks``,
+            ``enable_progress_bar``).
+        callbacks: the callbacks LightningCLI adds itself (e.g. ``SaveConfigCallback``).
+        terminal: whether stdout is a terminal (default: ask ``sys.stdout``).
+    """
+    if terminal is None:
+        terminal = sys.stdout.isatty()
+    present = [*_as_list(trainer_config.get("callbacks") or []), *callbacks]
+    loggers = _as_list(trainer_config.get("logger"))
+    added: list[Callback] = []
+    if (any(isinstance(lg, NclWandbLogger) and lg.enabled for lg in loggers)
+            and not any(isinstance(cb, WandbRunContent) for cb in present)):
+        added.append(WandbRunContent())
+    if (terminal and trainer_config.get("enable_progress_bar") is not False
+            and not any(isinstance(cb, ProgressBar) for cb in present)):
+        added.append(RichProgressBar())
+    return added
 
 
 # --------------------------------------------------------------------- helpers of main()

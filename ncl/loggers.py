@@ -4,6 +4,8 @@
   when resuming into its run folder, appends to the metrics file instead of deleting it.
 * :class:`NclWandbLogger` - Weights & Biases, online with credentials and offline without;
   the run id is kept in the run folder so that a resumed run continues the same W&B run.
+  It can save run files, add config entries and upload the best checkpoint as an artifact;
+  :class:`ncl.callbacks.tracking.WandbRunContent` (added by ``ncl``) says what and when.
 
 :mod:`ncl.runs` says where run folders live and how ``--ckpt_path last`` finds them.
 """
@@ -17,9 +19,11 @@ import os
 import secrets
 import string
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
@@ -28,6 +32,8 @@ from lightning.pytorch.utilities import rank_zero_only
 from ncl.io import atomic_write_text
 
 WANDB_ID_FILE = "wandb_run_id"
+#: Folder of the W&B run's files that holds the copies of the run folder's files.
+WANDB_FILES_PREFIX = "ncl"
 
 
 def wandb_credentials_available() -> bool:
@@ -109,7 +115,11 @@ class NclWandbLogger(WandbLogger):
             (``<name>`` is ``run`` when no name is given).
         mode: ``auto`` (online with credentials, else offline), ``online``, ``offline`` or
             ``disabled``. ``WANDB_MODE`` in the environment wins, as in wandb itself.
-        log_model: upload checkpoints as artifacts (online only).
+        log_model: Lightning's option: upload checkpoints as artifacts (online only).
+        log_best_checkpoint: at the end of a successful fit, log the best checkpoint of the
+            first monitored ``ModelCheckpoint`` as the artifact ``model-<run id>`` (type
+            ``model``, aliases ``best`` and ``latest``, metadata: monitor, mode, score, file).
+            Works offline too: the file is staged locally and uploaded by ``wandb sync``.
         tags: run tags.
         run_dir: continue this existing run folder and its W&B run (set by ``ncl`` on resume).
         resume_epoch: with ``run_dir``: the last epoch the resumed checkpoint holds
@@ -118,8 +128,9 @@ class NclWandbLogger(WandbLogger):
 
     def __init__(self, project: str = "ncl", name: str | None = None, save_dir: str = "runs",
                  mode: Literal["auto", "online", "offline", "disabled"] = "auto",
-                 log_model: bool = False, tags: list[str] | None = None,
-                 run_dir: str | None = None, resume_epoch: int | None = None) -> None:
+                 log_model: bool = False, log_best_checkpoint: bool = False,
+                 tags: list[str] | None = None, run_dir: str | None = None,
+                 resume_epoch: int | None = None) -> None:
         env_mode = os.environ.get("WANDB_MODE")
         if env_mode:
             mode = env_mode  # type: ignore[assignment]
@@ -135,6 +146,85 @@ class NclWandbLogger(WandbLogger):
         super().__init__(project=project, name=name, save_dir=str(folder), log_model=log_model,
                          offline=mode == "offline", mode=mode, tags=tags, id=run_id, **extra)
         self.resume_epoch = resume_epoch
+        self.mode = mode
+        self.log_best_checkpoint = log_best_checkpoint
+        self._best_callback: ModelCheckpoint | None = None
+        self._logged_best: set[str] = set()  # checkpoint files already logged as artifacts
+
+    @property
+    def enabled(self) -> bool:
+        """False for ``mode: disabled`` (``WANDB_MODE=disabled``): nothing is recorded."""
+        return self.mode != "disabled"
+
+    @rank_zero_only
+    def log_config(self, entries: dict[str, Any]) -> None:
+        """Add ``entries`` to the run's W&B config (values may change on resume)."""
+        if self.enabled:
+            self.experiment.config.update(entries, allow_val_change=True)
+
+    @rank_zero_only
+    def save_run_files(self, folder: Path, names: Iterable[str]) -> list[str]:
+        """Save the files ``names`` of ``folder`` that exist as W&B run files ``ncl/<name>``.
+
+        Each file is copied into the run's W&B files folder and saved with policy ``now``:
+        the copy is the file as it was at the start of the run (what the run used), and the
+        ``ncl/`` prefix keeps the run folder's ``config.yaml`` apart from W&B's own
+        ``config.yaml`` (the W&B config), which W&B writes into the same files folder.
+
+        Returns:
+            The saved files' paths in the W&B files folder.
+        """
+        if not self.enabled:
+            return []
+        files_dir = Path(self.experiment.dir)
+        saved: list[str] = []
+        for name in names:
+            source = folder / name
+            if not source.is_file():
+                continue
+            target = files_dir / WANDB_FILES_PREFIX / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(target, source.read_text())
+            saved += self.experiment.save(str(target), base_path=str(files_dir), policy="now",
+                                          glob=False)
+        return saved
+
+    @rank_zero_only
+    def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
+        """Lightning's artifact logic, and remember the first monitored checkpoint callback
+        (the one whose best checkpoint ``log_best_checkpoint`` logs)."""
+        super().after_save_checkpoint(checkpoint_callback)
+        if self._best_callback is None and checkpoint_callback.monitor is not None:
+            self._best_callback = checkpoint_callback
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        """At the end of a successful fit: Lightning's checkpoint artifacts, then the best
+        checkpoint when ``log_best_checkpoint`` (once per file)."""
+        super().finalize(status)
+        if status == "success" and self.log_best_checkpoint and self.enabled \
+                and self._experiment is not None and self._best_callback is not None:
+            self._log_best_checkpoint(self._best_callback)
+
+    def _log_best_checkpoint(self, callback: ModelCheckpoint) -> None:
+        """Log ``callback``'s best checkpoint as a new version of ``model-<run id>``.
+
+        A resumed fit logs again: W&B keeps one version per distinct file content.
+        """
+        import wandb
+
+        path = callback.best_model_path
+        if not path or path in self._logged_best or not Path(path).is_file():
+            return
+        score = callback.best_model_score
+        metadata = {"monitor": callback.monitor, "mode": callback.mode,
+                    "score": None if score is None else float(score),
+                    "original_filename": Path(path).name}
+        artifact = wandb.Artifact(name=f"model-{self.experiment.id}", type="model",
+                                  metadata=metadata)
+        artifact.add_file(path, name=Path(path).name, policy=self.add_file_policy)
+        self.experiment.log_artifact(artifact, aliases=["best", "latest"])
+        self._logged_best.add(path)
 
 
 def _run_id(folder: Path) -> str:
