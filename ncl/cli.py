@@ -28,6 +28,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar, 
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
 
+from ncl.callbacks.figures import Figures
 from ncl.callbacks.tracking import WandbRunContent
 from ncl.checkpoint_io import AtomicCheckpointIO
 from ncl.console import configure_console
@@ -137,7 +138,7 @@ class NclCLI(LightningCLI):
         if not any(isinstance(p, CheckpointIO) for p in plugins):
             plugins.append(AtomicCheckpointIO())
         config["plugins"] = plugins
-        callbacks = [*callbacks, *added_callbacks(config, callbacks)]
+        callbacks = [*callbacks, *added_callbacks(config, callbacks, subcommand=self.subcommand)]
         trainer = super()._instantiate_trainer(config, callbacks)
         run_dir = getattr(self, "_run_dir", None) or Path(trainer.log_dir or trainer.default_root_dir)
         for callback in trainer.checkpoint_callbacks:
@@ -149,7 +150,7 @@ class NclCLI(LightningCLI):
 
 
 def added_callbacks(trainer_config: dict[str, Any], callbacks: Sequence[Callback],
-                    terminal: bool | None = None) -> list[Callback]:
+                    terminal: bool | None = None, subcommand: str | None = None) -> list[Callback]:
     """Callbacks ``ncl`` adds to a trainer that the config does not already have.
 
     * :class:`~ncl.callbacks.tracking.WandbRunContent` when a logger is an enabled
@@ -159,13 +160,16 @@ def added_callbacks(trainer_config: dict[str, Any], callbacks: Sequence[Callback
       refuses a progress-bar callback otherwise) and no progress bar is configured. When
       stdout is not a terminal (a log file, a batch job) Rich draws nothing until a bar is
       finished (for training: the end of fit), so a log would show no progress at all;
-      Lightning's tqdm bar is kept there.
+      Lightning's tqdm bar is kept there;
+    * :class:`~ncl.callbacks.figures.Figures` for ``fit`` (PNG figures in ``<run>/figures``,
+      also sent to W&B), unless the config lists one (e.g. to set its options or disable it).
 
     Args:
         trainer_config: the instantiated ``trainer`` section (``logger``, ``callbacks``,
             ``enable_progress_bar``).
         callbacks: the callbacks LightningCLI adds itself (e.g. ``SaveConfigCallback``).
         terminal: whether stdout is a terminal (default: ask ``sys.stdout``).
+        subcommand: ``fit``, ``validate``, ``test``, ... (figures are drawn while fitting).
     """
     if terminal is None:
         terminal = sys.stdout.isatty()
@@ -178,6 +182,8 @@ def added_callbacks(trainer_config: dict[str, Any], callbacks: Sequence[Callback
     if (terminal and trainer_config.get("enable_progress_bar") is not False
             and not any(isinstance(cb, ProgressBar) for cb in present)):
         added.append(RichProgressBar())
+    if subcommand == "fit" and not any(isinstance(cb, Figures) for cb in present):
+        added.append(Figures())
     return added
 
 

@@ -9,7 +9,9 @@
   with one info line saying why.
 * Optionally a figure per division: the histogram of the min-max normalised per-sample
   losses, split by true clean/noisy when known, with the fitted two-component GMM
-  (LNC Fig. 5b). Matplotlib's object API with the Agg canvas: no global backend change.
+  (LNC Fig. 5b), drawn by :func:`ncl.figures.loss_gmm_figure`. The
+  :class:`~ncl.callbacks.figures.Figures` callback draws the same figure (and more) for
+  every method, with a bounded number of files; this option is the per-method switch.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from torch import Tensor
 from ncl.data.contracts import clean_mask_known
 from ncl.training.division import Division
 from ncl.division import minmax_normalize
+from ncl.figures import LossPanel, fit_loss_gmm, loss_gmm_figure, save_figure
 from ncl.metrics.noise_detection import detection_metrics
 
 
@@ -60,27 +63,32 @@ def division_stats(division: Division, names: Sequence[str],
     return out
 
 
-def _gmm_curves(x: np.ndarray, grid: np.ndarray, seed: int | None) -> np.ndarray:
-    """``(2, G)`` weighted component densities of the official GMM fitted on ``x``."""
-    import warnings
+def division_loss_panels(division: Division, names: Sequence[str],
+                         true_clean: Tensor | None = None,
+                         gmm_seed: int | None = 0) -> list[LossPanel]:
+    """One :class:`~ncl.figures.LossPanel` per network of a division: its min-max normalised
+    losses, the GMM refitted on them with the division's settings and seed (the division keeps
+    only the posteriors, not the mixture), and the ground truth.
 
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.mixture import GaussianMixture
-
-    gmm = GaussianMixture(n_components=2, max_iter=10, tol=1e-2, reg_covar=5e-4, random_state=seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        gmm.fit(x.reshape(-1, 1))
-    order = np.argsort(gmm.means_.ravel())  # clean (low mean) first
-    means, variances = gmm.means_.ravel()[order], gmm.covariances_.ravel()[order]
-    weights = gmm.weights_[order]
-    dens = np.exp(-(grid[None] - means[:, None]) ** 2 / (2 * variances[:, None]))
-    return weights[:, None] * dens / np.sqrt(2 * np.pi * variances[:, None])
+    Args:
+        division: the division (``losses`` is ``(K, N)``).
+        names: the networks' names, one per row.
+        true_clean: ``(N,)`` bool ground truth, or ``None``.
+        gmm_seed: seed of the refit (the division's own).
+    """
+    truth = None if true_clean is None else true_clean.cpu().numpy().astype(bool)
+    panels = []
+    for name, losses in zip(names, division.losses):
+        x = minmax_normalize(losses.float().cpu()).numpy()
+        gmm = fit_loss_gmm(x, gmm_seed) if float(x.max(initial=0.0)) > 0 else None
+        panels.append(LossPanel(f"network {name}", x, gmm, truth))
+    return panels
 
 
 def plot_division(division: Division, names: Sequence[str], path: Path,
                   true_clean: Tensor | None = None, gmm_seed: int | None = 0, bins: int = 50) -> Path:
-    """Save the per-sample loss histogram with the fitted GMM, one panel per network.
+    """Save the per-sample loss histogram with the fitted GMM, one panel per network
+    (:func:`ncl.figures.loss_gmm_figure`), atomically.
 
     Args:
         division: the division (``losses`` is ``(K, N)``).
@@ -93,34 +101,9 @@ def plot_division(division: Division, names: Sequence[str], path: Path,
     Returns:
         ``path``.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    k = division.losses.shape[0]
-    fig = Figure(figsize=(4.5 * k, 3.4))
-    FigureCanvasAgg(fig)
-    grid = np.linspace(0.0, 1.0, 200)
-    for i, (name, losses) in enumerate(zip(names, division.losses)):
-        ax = fig.add_subplot(1, k, i + 1)
-        x = minmax_normalize(losses.float()).numpy()
-        edges = np.linspace(0.0, 1.0, bins + 1)
-        if true_clean is None:
-            ax.hist(x, bins=edges, density=True, color="tab:gray", alpha=0.6, label="all pairs")
-        else:
-            t = true_clean.numpy().astype(bool)
-            ax.hist([x[t], x[~t]], bins=edges, density=True, stacked=True,
-                    color=["tab:blue", "tab:red"], alpha=0.6, label=["clean", "noisy"])
-        curves = _gmm_curves(x, grid, gmm_seed)
-        ax.plot(grid, curves[0], color="tab:green", label="GMM clean")
-        ax.plot(grid, curves[1], color="tab:orange", label="GMM noisy")
-        ax.plot(grid, curves.sum(0), color="black", lw=0.8, label="mixture")
-        ax.set_title(f"network {name}, epoch {division.epoch}")
-        ax.set_xlabel("normalised per-sample loss")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    return path
+    panels = division_loss_panels(division, names, true_clean, gmm_seed)
+    title = f"co-divide losses for epoch {division.epoch}"
+    return save_figure(loss_gmm_figure(panels, title, bins), path)
 
 
 class DivisionDiagnostics(L.Callback):
@@ -142,13 +125,14 @@ class DivisionDiagnostics(L.Callback):
         division = getattr(pl_module, "division", None)
         if division is None or division.epoch != trainer.current_epoch:
             return
-        true_clean = _ground_truth(trainer, division.clean.shape[1])
+        true_clean = ground_truth(trainer, division.clean.shape[1])
         names = list(getattr(pl_module, "network_names", ()))[: division.clean.shape[0]]
         stats = division_stats(division, names, true_clean)
         # Identical on every rank; sync_dist only keeps Lightning from warning about it.
         pl_module.log_dict(stats, on_step=False, on_epoch=True, sync_dist=True)
-        if self.figure and trainer.is_global_zero:
-            out = Path(trainer.log_dir or trainer.default_root_dir) / "figures"
+        # trainer.log_dir is a broadcast under DDP: asked on every rank, drawn on rank 0 only.
+        out = Path(trainer.log_dir or trainer.default_root_dir) / "figures" if self.figure else None
+        if out is not None and trainer.is_global_zero:
             plot_division(division, names, out / f"division_epoch{division.epoch:03d}.png",
                           true_clean, self.gmm_seed)
 
@@ -157,7 +141,7 @@ class DivisionDiagnostics(L.Callback):
 _TOLD_NO_TRUTH = "_ncl_told_no_ground_truth"
 
 
-def _ground_truth(trainer: L.Trainer, num_samples: int) -> Tensor | None:
+def ground_truth(trainer: L.Trainer, num_samples: int) -> Tensor | None:
     """The DataModule's clean mask as a bool tensor, if it has one of the right length.
 
     ``None`` too when the data has real noise (CC152K, ``clean_mask_known`` false): its mask
@@ -174,6 +158,10 @@ def _ground_truth(trainer: L.Trainer, num_samples: int) -> Tensor | None:
         return None
     mask = torch.as_tensor(np.asarray(mask), dtype=torch.bool)
     return mask if mask.shape == (num_samples,) else None
+
+
+#: The former private name, still imported by :mod:`ncl.callbacks.labels` and others.
+_ground_truth = ground_truth
 
 
 def _tell_no_truth(trainer: L.Trainer) -> None:

@@ -23,6 +23,7 @@ from wandb.proto import wandb_internal_pb2
 
 import ncl
 from ncl.callbacks.tracking import WandbRunContent, results_table, source_commit
+from ncl.callbacks.figures import Figures
 from ncl.cli import added_callbacks
 from ncl.loggers import NclWandbLogger
 from tiny_runs import TINY_SAF, save_config, tiny_trainer
@@ -217,5 +218,8 @@ def test_added_callbacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert kinds(added_callbacks({"logger": offline}, [], terminal=False)) == [WandbRunContent]
     assert added_callbacks({"callbacks": [TQDMProgressBar()]}, [], terminal=True) == []
     assert added_callbacks({"enable_progress_bar": False}, [], terminal=True) == []
+    # fit draws figures unless the config brings its own Figures callback
+    assert kinds(added_callbacks({}, [], terminal=False, subcommand="fit")) == [Figures]
+    assert added_callbacks({"callbacks": [Figures(enabled=False)]}, [], terminal=False, subcommand="fit") == []
     assert added_callbacks({"logger": offline}, [WandbRunContent()], terminal=False) == []
     assert off.save_run_files(tmp_path, ["x"]) == [] and off._experiment is None
