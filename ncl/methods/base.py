@@ -26,7 +26,8 @@ from ncl.data.precomp import nonfinite_rows
 from ncl.errors import ConfigError, DataError, TrainingError
 from ncl.evaluation.protocol import evaluate_systems
 from ncl.evaluation.report import format_table, write_results
-from ncl.evaluation.similarity import ensemble, sharded_similarity
+from ncl.evaluation.similarity import ensemble
+from ncl.training.distributed import rank_sharded_similarity
 
 BackboneFactory = Callable[[int], nn.Module]
 
@@ -229,7 +230,10 @@ class RetrievalMethod(L.LightningModule):
         """Per-network similarity matrices, and their mean when there are several.
 
         When evaluation was cut short (``limit_val_batches``), only the first images whose
-        captions were all encoded are evaluated.
+        captions were all encoded are evaluated. Under DDP every rank gathers all
+        embeddings, scores its own blocks of each matrix and receives the others'
+        (:func:`ncl.training.distributed.rank_sharded_similarity`), so all ranks return the
+        same matrices, bit-identical to one process's.
         """
         lengths = self._gathered("cap_len", "cap_index")
         n_img = min(int(torch.cat(self._eval_store["img_index"]).max()) + 1, lengths.shape[0] // im_div)
@@ -241,8 +245,10 @@ class RetrievalMethod(L.LightningModule):
             img = self._gathered(f"img{k}", "img_index")[:n_img]
             cap = self._gathered(f"cap{k}", "cap_index")[: n_img * im_div]
             self.check_finite_embeddings(name, img, cap, lengths)
-            sims[name] = sharded_similarity(net.similarity, img, cap, lengths,
-                                            self.hparams.eval_shard_size, device=self.device)
+            # Under DDP each rank scores its share of the blocks (bit-identical to one process)
+            sims[name] = rank_sharded_similarity(
+                net.similarity, img, cap, lengths, self.hparams.eval_shard_size,
+                device=self.device, description=f"{self._eval_split_info()[0]} similarity ({name})")
             self.check_finite_similarities(name, sims[name])
         if len(sims) > 1:
             sims["+".join(self.network_names)] = ensemble(list(sims.values()))

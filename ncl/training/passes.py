@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
+from ncl.progress import track
 from ncl.training.distributed import gather_by_index
 from ncl.training.plans import IndexBatches, iterate
 
@@ -42,14 +43,19 @@ def to_device(batch: dict[str, Tensor], device: torch.device) -> dict[str, Tenso
 
 @torch.no_grad()
 def local_values(net: nn.Module, pairs: Dataset, batches: Sequence[np.ndarray], fn: PerSampleFn,
-                 device: torch.device, num_workers: int = 0) -> tuple[Tensor, Tensor]:
+                 device: torch.device, num_workers: int = 0,
+                 description: str = "per-sample pass") -> tuple[Tensor, Tensor]:
     """``fn`` over this rank's batches of ``pairs``; ``net`` must already be in eval mode.
+
+    Shows a progress bar labelled ``description`` on rank 0 of a terminal
+    (:func:`ncl.progress.track`); silent otherwise.
 
     Returns:
         ``(index, values)``: ``(n,)`` int64 dataset indices and ``(n, ...)`` values, on ``device``.
     """
     index, values = [], []
-    for batch in iterate(IndexBatches(pairs, batches), num_workers):
+    loader = iterate(IndexBatches(pairs, batches), num_workers)
+    for batch in track(loader, description, total=len(batches)):
         batch = to_device(batch, device)
         values.append(fn(net, batch))
         index.append(batch["index"])
@@ -59,7 +65,8 @@ def local_values(net: nn.Module, pairs: Dataset, batches: Sequence[np.ndarray], 
 
 
 def per_sample_pass(nets: Sequence[nn.Module], pairs: Dataset, batches: Sequence[Sequence[np.ndarray]],
-                    fn: PerSampleFn, device: torch.device, num_workers: int = 0) -> Tensor:
+                    fn: PerSampleFn, device: torch.device, num_workers: int = 0,
+                    description: str = "per-sample pass") -> Tensor:
     """Per-sample values of every network over the whole training set, identical on all ranks.
 
     Args:
@@ -70,6 +77,8 @@ def per_sample_pass(nets: Sequence[nn.Module], pairs: Dataset, batches: Sequence
         fn: the per-sample quantity.
         device: where the networks live.
         num_workers: DataLoader workers for reading the pairs.
+        description: label of the progress bar (rank 0 of a terminal only), one bar per
+            network, suffixed with its number when there are several.
 
     Returns:
         ``(K, N, ...)`` on ``device``: row ``k`` from network ``k``, gathered by index.
@@ -77,7 +86,8 @@ def per_sample_pass(nets: Sequence[nn.Module], pairs: Dataset, batches: Sequence
     n = len(pairs)
     rows = []
     with eval_mode(*nets):
-        for net, net_batches in zip(nets, batches):
-            index, values = local_values(net, pairs, net_batches, fn, device, num_workers)
+        for k, (net, net_batches) in enumerate(zip(nets, batches)):
+            label = f"{description} ({k})" if len(nets) > 1 else description
+            index, values = local_values(net, pairs, net_batches, fn, device, num_workers, label)
             rows.append(gather_by_index(index, values, n))
     return torch.stack(rows)
