@@ -320,9 +320,10 @@ class RetrievalMethod(L.LightningModule):
             for protocol, metrics in by_protocol.items():
                 for key in ("rsum", "i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10"):
                     self.log(f"test/{name}/{protocol}/{key}", metrics[key])
+        # trainer.log_dir is a broadcast from rank 0 under DDP: every rank must ask for it.
+        out = Path(self.trainer.log_dir or self.trainer.default_root_dir)
         if self.trainer.is_global_zero:
             print("\n" + format_table(results))
-            out = Path(self.trainer.log_dir or self.trainer.default_root_dir)
             write_results(results, out)
         self._eval_store = {}
 

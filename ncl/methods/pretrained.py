@@ -30,8 +30,8 @@ from torch import Tensor, nn
 
 from ncl.errors import ConfigError, NclWarning
 from ncl.evaluation.combine import COMBINE_CHOICES, Combine, evidence, hierarchical_mean, resolve_combine
-from ncl.evaluation.similarity import sharded_similarity
 from ncl.methods.base import BackboneFactory, RetrievalMethod
+from ncl.training.distributed import rank_sharded_similarity
 from ncl.models.checkpoint import (
     DECL_TAU,
     checkpoint_format,
@@ -149,10 +149,12 @@ class Pretrained(RetrievalMethod):
         """Network ``k``'s (N_img, N_cap) matrix under :attr:`rule`."""
         name, shard = self.network_names[k], self.hparams.eval_shard_size
         if self.rule == "score":
-            sims = sharded_similarity(net.similarity, img, cap, lengths, shard, device=self.device)
+            sims = rank_sharded_similarity(net.similarity, img, cap, lengths, shard, device=self.device,
+                                           description=f"similarity ({name})")
             self.check_finite_similarities(name, sims)
             return sims
-        logits = sharded_similarity(net.similarity_logits, img, cap, lengths, shard, device=self.device)
+        logits = rank_sharded_similarity(net.similarity_logits, img, cap, lengths, shard,
+                                         device=self.device, description=f"similarity logits ({name})")
         self.check_finite_similarities(name, logits)
         return evidence(logits, self.taus[k])
 
