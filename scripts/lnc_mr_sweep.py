@@ -25,9 +25,7 @@ Example (the table in docs/methods/ncr_lnc.md, "Momentum-regularisation sweep"):
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -36,8 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-QUICKSTART = REPO / "configs" / "quickstart.yaml"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # grid_cells, also when imported
+from grid_cells import QUICKSTART, cell_env, keep_row  # noqa: E402
+
 #: The benchmark's settings on top of the quickstart (scripts/robustness_grid.py, docs/results.md).
 BENCH = ["--data.batch_size=64", "--model=ncl.methods.ncr.NCR",
          "--model.backbone.init_args.module_name=SAF", "--data.noise_type=caption",
@@ -110,8 +109,7 @@ def run_cell_here(args: list[str], warmup: int) -> dict[str, Any]:
 def run_cell(cell: dict[str, Any], seed: int, noise: float, warmup: int, work: Path) -> dict[str, Any]:
     """One cell in a fresh single-threaded process; its result as a flat row."""
     root = work / f"{cell['name'].replace(' ', '_').replace('(', '').replace(')', '')}_s{seed}"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PYTHONWARNINGS": "ignore",
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = cell_env(threads=1)
     start = time.time()
     args = json.dumps(cell_args(cell, seed, noise, warmup, root))
     done = subprocess.run([sys.executable, __file__, "--cell", args, "--warmup", str(warmup)],
@@ -167,15 +165,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="lnc_mr_sweep_") as work:
         for seed in args.seeds:
             for cell in cells(args.betas, args.lambdas):
-                row = run_cell(cell, seed, args.noise, args.warmup, Path(work))
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                new = not args.out.exists()
-                with open(args.out, "a", newline="") as handle:
-                    writer = csv.DictWriter(handle, fieldnames=list(row))
-                    if new:
-                        writer.writeheader()
-                    writer.writerow(row)
+                keep_row(rows, run_cell(cell, seed, args.noise, args.warmup, Path(work)), args.out)
     print(table(rows))
 
 

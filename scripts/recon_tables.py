@@ -19,7 +19,11 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # grid_cells, also when imported
+from grid_cells import method_noise_table  # noqa: E402
 
 
 def load(paths: list[Path]) -> list[dict]:
@@ -36,23 +40,15 @@ def load(paths: list[Path]) -> list[dict]:
 
 
 def rsum_table(rows: list[dict]) -> str:
-    methods = list(dict.fromkeys(r["base"] for r in rows))
-    noises = sorted({r["noise"] for r in rows})
-    lines = ["| method | " + " | ".join(f"{round(100 * n)} %" for n in noises) + " |",
-             "|---|" + "---|" * len(noises)]
-    for m in methods:
-        cells = []
-        for n in noises:
-            by_seed = {r["seed"]: r["test_rsum"] for r in rows if r["base"] == m and r["noise"] == n}
-            if not by_seed:
-                cells.append("not run")
-                continue
-            vals = list(by_seed.values())
-            seeds = " / ".join(f"{by_seed[s]:.1f}" if s in by_seed else "-" for s in sorted(by_seed))
-            cells.append(f"{min(vals):.1f}-{max(vals):.1f} ({seeds})" if len(vals) > 1 else
-                         f"{vals[0]:.1f} (seed {next(iter(by_seed))} only)")
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    """Test rSum per method and noise as "min-max (seed a / seed b)" (one seed: "x (seed s only)")."""
+    def cell_text(group: list[dict]) -> str:
+        by_seed = {r["seed"]: r["test_rsum"] for r in group}
+        vals = list(by_seed.values())
+        seeds = " / ".join(f"{by_seed[s]:.1f}" for s in sorted(by_seed))
+        return (f"{min(vals):.1f}-{max(vals):.1f} ({seeds})" if len(vals) > 1 else
+                f"{vals[0]:.1f} (seed {next(iter(by_seed))} only)")
+
+    return method_noise_table(rows, lambda r: r["base"], cell_text)
 
 
 def division_table(rows: list[dict]) -> str:

@@ -14,64 +14,13 @@ Example (the table in docs/results.md):
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-QUICKSTART = REPO / "configs" / "quickstart.yaml"
-
-WARMUP = 5  # warm-up epochs of SGR* and NCR/LNC
-# The benchmark's own settings on top of the quickstart config, fixed here so that the
-# quickstart can be tuned for a first run without moving the benchmark (the quickstart now
-# uses batch 16; every table in docs/results.md was measured with batch 64).
-BENCH = ["--data.batch_size=64"]
-# relation_temperature 0.3: at the code default 1.0 the intra-modal check never fires on this
-# benchmark (D_l empty every epoch), at 0.1 D_c is empty every epoch (docs/methods/recon.md,
-# "Measured": the probe at 40 % caption noise).
-RECON = ["--model=ncl.methods.recon.ReCon", f"--model.warmup_epochs={WARMUP}", "--model.tau=0.1",
-         "--model.relation_temperature=0.3", "--data.augment=ncl.data.augment.CaptionRegionAugment"]
-# ReCon's division diagnostics (ThreeWayDiagnostics: the division in effect for an epoch):
-# subset sizes of D_c, D_l, D_n and the truly noisy pairs in each.
-DIVISION_KEYS = [f"division/{name}{suffix}" for name in ("clean", "local", "noisy")
-                 for suffix in ("", "_true_noisy")]
-# Method name -> CLI overrides on top of the quickstart config (same backbone, optimiser,
-# data; only the loss changes).
-METHODS: dict[str, list[str]] = {
-    "rcl": [],
-    "triplet": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest"],
-    "triplet_sum": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=sum"],
-    # "SGR*": summed negatives for the first 5 epochs, hardest negatives afterwards.
-    "triplet_warmup": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
-                       f"--model.warmup_epochs={WARMUP}"],
-    "infonce": ["--model=ncl.methods.baselines.InfoNCE"],
-    # NCR / LNC co-teaching (two networks; the test row is their A+B ensemble), 5 warm-up epochs.
-    "ncr": ["--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={WARMUP}"],
-    "lnc": ["--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={WARMUP}",
-            "--model.momentum_regularization=true", "--model.noise_abandon=true"],
-    # CRCL: 14 epochs as three self-refining pieces (labels frozen for the first 3 epochs of
-    # each), with its official training augmentation; docs/methods/crcl.md.
-    "crcl": ["--model=ncl.methods.crcl.CRCL", "--model.pieces=[5, 5, 4]", "--model.freeze_epochs=3",
-             "--data.augment=ncl.data.augment.CaptionRegionAugment"],
-    # ReCon (docs/methods/recon.md): eta = 5 triplet warm-up epochs (Eq. 12, summed negatives),
-    # then the three-way division every epoch; its own L_CM temperature (tau 0.1, paper Sect.
-    # 4.2; the quickstart's tau 0.05 is RCL's and would otherwise carry over) and the published
-    # training augmentation, as in configs/recon_saf_synthetic.yaml; everything else (data,
-    # backbone dimensions, Adam lr 2e-3, lr_update 30, batch 64, clip 2.0) is the quickstart's.
-    "recon": RECON,
-    # Ablation without the intra-modal check: y^IM lies in [0, 1), so omega2 = 1 puts every
-    # rough-clean pair into D_c and D_l stays empty (L_IM is still trained on D_c).
-    "recon_no_im": [*RECON, "--model.omega2=1.0"],
-    "clean": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
-              "--model.clean_only=true"],
-    "clean_sum": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=sum",
-                  "--model.clean_only=true"],
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # grid_cells, also when imported
+from grid_cells import (BENCH, DIVISION_KEYS, METHODS, QUICKSTART, WARMUP, cell_env,  # noqa: E402
+                        fit_then_test, keep_row, method_noise_table)
 
 
 def run_cell(method: str, noise: float, seed: int, epochs: int, noise_type: str, work: Path,
@@ -82,14 +31,9 @@ def run_cell(method: str, noise: float, seed: int, epochs: int, noise_type: str,
               f"--data.noise_ratio={noise}", f"--data.noise_type={noise_type}",
               f"--data.noise_seed={seed}", f"--trainer.default_root_dir={run_root}",
               "--trainer.enable_progress_bar=false"]
-    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONWARNINGS": "ignore"}
-    start = time.time()
-    subprocess.run([sys.executable, "-m", "ncl.cli", "fit", *common, f"--trainer.max_epochs={epochs}"],
-                   check=True, env=env, capture_output=True, text=True)
-    fit_seconds = time.time() - start
-    metrics = max(run_root.rglob("metrics.csv"), key=lambda p: p.stat().st_mtime)  # this run's
-    with open(metrics) as handle:
-        logged = list(csv.DictReader(handle))
+    done = fit_then_test(common, [f"--trainer.max_epochs={epochs}"], run_root, cell_env())
+    fit_seconds = done.fit_seconds
+    logged = done.metrics
     rsums = [float(r["val/rsum"]) for r in logged if r.get("val/rsum")]
     # Co-teaching: noise-detection F1 of each network's first division (right after warm-up).
     # (LNC's noise abandon also divides during warm-up; those epochs are skipped.)
@@ -102,10 +46,7 @@ def run_cell(method: str, noise: float, seed: int, epochs: int, noise_type: str,
             divisions[int(r["epoch"])] = [int(float(r[k])) if r.get(k) else None for k in DIVISION_KEYS]
     per_epoch = [[epoch, *values] for epoch, values in sorted(divisions.items())]
     last_division = dict(zip(DIVISION_KEYS, per_epoch[-1][1:])) if per_epoch else {}
-    best = max(run_root.rglob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
-    subprocess.run([sys.executable, "-m", "ncl.cli", "test", *common, f"--ckpt_path={best}"],
-                   check=True, env=env, capture_output=True, text=True)
-    results = json.loads(max(run_root.rglob("test_results.json"), key=lambda p: p.stat().st_mtime).read_text())
+    best, results = done.best, done.results
     test_rsum = list(results.values())[-1]["1k"]["rsum"]  # the last system is the ensemble
     return {"method": method + (f" [{' '.join(extra)}]" if extra else ""), "noise": noise, "seed": seed, "epochs": epochs,
             "best_val_rsum": max(rsums), "last_val_rsum": rsums[-1], "test_rsum": test_rsum,
@@ -118,22 +59,15 @@ def run_cell(method: str, noise: float, seed: int, epochs: int, noise_type: str,
 
 
 def table(rows: list[dict]) -> str:
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    noises = sorted({r["noise"] for r in rows})
-    lines = ["| method | " + " | ".join(f"{int(100 * n)}% noise" for n in noises) + " |",
-             "|---|" + "---|" * len(noises)]
-    for m in methods:
-        cells = []
-        for n in noises:
-            vals = [r["test_rsum"] for r in rows if r["method"] == m and r["noise"] == n]
-            if not vals:
-                cells.append("")
-            elif len(vals) == 1:
-                cells.append(f"{vals[0]:.1f}")
-            else:
-                cells.append(f"{statistics.mean(vals):.1f} +- {statistics.stdev(vals):.1f} (n={len(vals)})")
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    """Test rSum per method (rows) and noise ratio (columns): the value, or mean +- std (n)."""
+    def cell_text(group: list[dict]) -> str:
+        vals = [r["test_rsum"] for r in group]
+        if len(vals) == 1:
+            return f"{vals[0]:.1f}"
+        return f"{statistics.mean(vals):.1f} +- {statistics.stdev(vals):.1f} (n={len(vals)})"
+
+    return method_noise_table(rows, lambda r: r["method"], cell_text,
+                              noise_label=lambda n: f"{int(100 * n)}% noise", missing="")
 
 
 def main() -> None:
@@ -155,15 +89,8 @@ def main() -> None:
     for seed in args.seeds:
         for noise in args.noise:
             for method in args.methods:
-                row = run_cell(method, noise, seed, args.epochs, args.noise_type, work, args.extra)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                new = not args.out.exists()
-                with open(args.out, "a", newline="") as handle:
-                    writer = csv.DictWriter(handle, fieldnames=list(row))
-                    if new:
-                        writer.writeheader()
-                    writer.writerow(row)
+                keep_row(rows, run_cell(method, noise, seed, args.epochs, args.noise_type, work, args.extra),
+                         args.out)
     print(table(rows))
 
 

@@ -1,0 +1,245 @@
+"""One grid cell through the real CLI, and the benchmark's method overrides, shared by the scripts.
+
+``scripts/robustness_grid.py``, ``scripts/reproduce.py``, ``scripts/lnc_mr_sweep.py`` and
+``scripts/recon_tables.py`` import this module (they run with ``scripts/`` first on
+``sys.path``; tests put it there). It lives next to them rather than in the ``ncl`` package
+because everything in it is about this repository's benchmark: it points at
+``configs/quickstart.yaml`` and runs ``python -m ncl.cli`` from the checkout, neither of which an
+installed ``ncl`` has.
+
+What is here:
+
+* :data:`METHODS` - method name -> CLI overrides on top of the quickstart config (the
+  synthetic benchmark of ``docs/results.md``), with :data:`BENCH`, :data:`WARMUP`, :data:`RECON`.
+* :func:`cell_env`, :func:`run_cli`, :func:`fit_then_test` - run ``ncl fit`` (resuming a killed
+  fit from its ``last.ckpt``) and ``ncl test`` of the best checkpoint in fresh processes.
+* :func:`read_metrics`, :func:`newest`, :func:`append_row`, :func:`keep_row`,
+  :func:`method_noise_table` - reading
+  a run back and writing the grid's rows and tables.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "configs" / "quickstart.yaml"
+
+WARMUP = 5  # warm-up epochs of SGR* and NCR/LNC in the 14-epoch benchmark of docs/results.md
+# The benchmark's own settings on top of the quickstart config, fixed here so that the
+# quickstart can be tuned for a first run without moving the benchmark (the quickstart now
+# uses batch 16; every older table in docs/results.md was measured with batch 64).
+BENCH = ["--data.batch_size=64"]
+# relation_temperature 0.3: at the code default 1.0 the intra-modal check never fires on this
+# benchmark (D_l empty every epoch), at 0.1 D_c is empty every epoch (docs/methods/recon.md,
+# "Measured": the probe at 40 % caption noise).
+RECON = ["--model=ncl.methods.recon.ReCon", f"--model.warmup_epochs={WARMUP}", "--model.tau=0.1",
+         "--model.relation_temperature=0.3", "--data.augment=ncl.data.augment.CaptionRegionAugment"]
+# ReCon's division diagnostics (ThreeWayDiagnostics: the division in effect for an epoch):
+# subset sizes of D_c, D_l, D_n and the truly noisy pairs in each.
+DIVISION_KEYS = [f"division/{name}{suffix}" for name in ("clean", "local", "noisy")
+                 for suffix in ("", "_true_noisy")]
+# Method name -> CLI overrides on top of the quickstart config (same backbone, optimiser,
+# data; only the loss changes).
+METHODS: dict[str, list[str]] = {
+    "rcl": [],
+    "triplet": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest"],
+    "triplet_sum": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=sum"],
+    # "SGR*": summed negatives for the first 5 epochs, hardest negatives afterwards.
+    "triplet_warmup": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
+                       f"--model.warmup_epochs={WARMUP}"],
+    "infonce": ["--model=ncl.methods.baselines.InfoNCE"],
+    # NCR / LNC co-teaching (two networks; the test row is their A+B ensemble), 5 warm-up epochs.
+    "ncr": ["--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={WARMUP}"],
+    "lnc": ["--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={WARMUP}",
+            "--model.momentum_regularization=true", "--model.noise_abandon=true"],
+    # CRCL: 14 epochs as three self-refining pieces (labels frozen for the first 3 epochs of
+    # each), with its official training augmentation; docs/methods/crcl.md.
+    "crcl": ["--model=ncl.methods.crcl.CRCL", "--model.pieces=[5, 5, 4]", "--model.freeze_epochs=3",
+             "--data.augment=ncl.data.augment.CaptionRegionAugment"],
+    # ReCon (docs/methods/recon.md): eta = 5 triplet warm-up epochs (Eq. 12, summed negatives),
+    # then the three-way division every epoch; its own L_CM temperature (tau 0.1, paper Sect.
+    # 4.2; the quickstart's tau 0.05 is RCL's and would otherwise carry over) and the published
+    # training augmentation, as in configs/recon_saf_synthetic.yaml; everything else (data,
+    # backbone dimensions, Adam lr 2e-3, lr_update 30, batch 64, clip 2.0) is the quickstart's.
+    "recon": RECON,
+    # Ablation without the intra-modal check: y^IM lies in [0, 1), so omega2 = 1 puts every
+    # rough-clean pair into D_c and D_l stays empty (L_IM is still trained on D_c).
+    "recon_no_im": [*RECON, "--model.omega2=1.0"],
+    "clean": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
+              "--model.clean_only=true"],
+    "clean_sum": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=sum",
+                  "--model.clean_only=true"],
+}
+
+
+class CellError(RuntimeError):
+    """A CLI call of a cell failed; the message holds the command and the end of its stderr."""
+
+
+def cell_env(threads: int | None = None, cuda_devices: str | None = None) -> dict[str, str]:
+    """The environment of a cell's processes.
+
+    W&B off, warnings quiet, the checkout importable; ``threads`` sets ``OMP_NUM_THREADS``
+    (the cell's share of the CPU) and ``cuda_devices`` ``CUDA_VISIBLE_DEVICES`` (its GPU);
+    ``None`` leaves the caller's value.
+    """
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONWARNINGS": "ignore",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+        env["MKL_NUM_THREADS"] = str(threads)
+    if cuda_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda_devices
+    return env
+
+
+def cli_command(subcommand: str, args: Sequence[str]) -> list[str]:
+    """``python -m ncl.cli <subcommand> <args>`` with this interpreter."""
+    return [sys.executable, "-m", "ncl.cli", subcommand, *args]
+
+
+def run_cli(subcommand: str, args: Sequence[str], env: dict[str, str], log: Path | None = None) -> float:
+    """Run one ``ncl`` sub-command to the end in a fresh process; its CPU seconds.
+
+    Output goes to ``log`` (appended, so a resumed cell keeps its history) or a temporary
+    file. The CPU time (user + system, from ``os.wait4``) is the process's own, so it stays
+    comparable when other jobs share the machine, unlike the wall time.
+
+    Raises:
+        CellError: the process failed; with the command and the last 3,000 characters of output.
+    """
+    with tempfile.TemporaryFile("w+", encoding="utf-8") if log is None else open(log, "a+", encoding="utf-8") as out:
+        out.write(f"$ ncl {subcommand} {' '.join(args)}\n")
+        out.flush()
+        start = out.tell()
+        proc = subprocess.Popen(cli_command(subcommand, args), env=env, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            out.seek(start)
+            raise CellError(f"ncl {subcommand} {' '.join(args)} exited with {proc.returncode}:\n"
+                            f"{out.read()[-3000:]}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def newest(root: Path, pattern: str) -> Path:
+    """The most recently modified file under ``root`` matching ``pattern`` (this run's)."""
+    found = list(root.rglob(pattern))
+    if not found:
+        raise FileNotFoundError(f"no {pattern} under {root}")
+    return max(found, key=lambda p: p.stat().st_mtime)
+
+
+def read_metrics(run_root: Path) -> list[dict[str, str]]:
+    """The rows of the newest ``metrics.csv`` under ``run_root`` (one row per logging call);
+    give the run folder itself where ``run_root`` also holds ``ncl test`` folders."""
+    with open(newest(run_root, "metrics.csv"), newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@dataclass(frozen=True)
+class FitTest:
+    """What one fit + test of a cell left behind.
+
+    Attributes:
+        metrics: the run's ``metrics.csv`` rows.
+        results: ``test_results.json``: ``results[system][protocol][metric]``.
+        best: the tested checkpoint.
+        fit_seconds: wall time of this attempt's ``ncl fit``.
+        test_seconds: wall time of ``ncl test``.
+        cpu_seconds: CPU time (user + system) of both processes.
+        resumed: whether the fit continued a killed attempt from its ``last.ckpt``.
+    """
+
+    metrics: list[dict[str, str]]
+    results: dict[str, Any]
+    best: Path
+    fit_seconds: float
+    test_seconds: float
+    cpu_seconds: float
+    resumed: bool
+
+
+def fit_then_test(common: Sequence[str], fit_args: Sequence[str], run_root: Path, env: dict[str, str],
+                  resume: bool = False, log: Path | None = None) -> FitTest:
+    """``ncl fit`` then ``ncl test`` of the best checkpoint (by the monitored validation rSum).
+
+    Args:
+        common: overrides of both sub-commands (config, model, data, ``default_root_dir``).
+        fit_args: overrides of the fit only (``--trainer.max_epochs``).
+        run_root: the cell's ``trainer.default_root_dir``.
+        env: the processes' environment (:func:`cell_env`).
+        resume: fit with ``--ckpt_path last --fresh_if_missing true``: a fit that was killed
+            continues from its last finished epoch, a new one starts from scratch.
+        log: file the CLI output is appended to, or ``None``.
+    """
+    resumed = resume and any(run_root.rglob("last.ckpt"))
+    resume_args = ["--ckpt_path=last", "--fresh_if_missing=true"] if resume else []
+    start = time.time()
+    cpu = run_cli("fit", [*common, *fit_args, *resume_args], env, log)
+    fit_seconds = time.time() - start
+    best = newest(run_root, "best-*.ckpt")
+    # The fit's own run folder (the parent of checkpoints/): every ``ncl test`` writes a folder
+    # of its own, so after a resumed fit that did not log anything new the newest metrics.csv
+    # under run_root would be an earlier test's.
+    metrics = read_metrics(best.parent.parent)
+    start = time.time()
+    cpu += run_cli("test", [*common, f"--ckpt_path={best}"], env, log)
+    test_seconds = time.time() - start
+    results = json.loads(newest(run_root, "test_results.json").read_text())
+    return FitTest(metrics, results, best, round(fit_seconds, 1), round(test_seconds, 1), round(cpu, 1),
+                   resumed)
+
+
+def append_row(path: Path, row: dict[str, Any]) -> None:
+    """Append ``row`` to the CSV at ``path``, writing the header when the file is new."""
+    new = not path.exists()
+    with open(path, "a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(row))
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+
+
+def keep_row(rows: list[dict[str, Any]], row: dict[str, Any], path: Path) -> None:
+    """A finished cell's row: kept in ``rows``, printed as JSON and appended to the CSV ``path``."""
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+    append_row(path, row)
+
+
+def method_noise_table(rows: Sequence[dict[str, Any]], method_of: Callable[[dict[str, Any]], str],
+                       cell_text: Callable[[list[dict[str, Any]]], str],
+                       noise_label: Callable[[float], str] = lambda n: f"{round(100 * n)} %",
+                       missing: str = "not run") -> str:
+    """Markdown table: one row per method (first-seen order), one column per noise ratio.
+
+    Args:
+        rows: result rows with a float ``"noise"``.
+        method_of: the row's method label.
+        cell_text: text of one cell from its rows (never called with an empty list).
+        noise_label: column header of a ratio.
+        missing: text of a (method, ratio) without rows.
+    """
+    methods = list(dict.fromkeys(method_of(r) for r in rows))
+    noises = sorted({float(r["noise"]) for r in rows})
+    lines = ["| method | " + " | ".join(noise_label(n) for n in noises) + " |",
+             "|---|" + "---|" * len(noises)]
+    for m in methods:
+        cells = []
+        for n in noises:
+            group = [r for r in rows if method_of(r) == m and float(r["noise"]) == n]
+            cells.append(cell_text(group) if group else missing)
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
