@@ -34,10 +34,16 @@ def tiny_override(tmp_path: Path, cache: Path, config: Path) -> Path:
     data_args["noise_file"] = None
     backbone_args = TINY_BACKBONE
     backbone_path = original["model"].get("init_args", {}).get("backbone", {}).get("class_path", "")
+    data_class = "ncl.data.datamodule.SyntheticDataModule"
     if backbone_path.endswith("VSEInfinity"):  # no region count or similarity head to size
         backbone_args = {k: TINY_BACKBONE[k] for k in ("img_dim", "word_dim", "embed_size")}
+    if backbone_path.endswith("GatedVideoText"):  # video: tiny synthetic clips of 2 experts
+        backbone_args = {"img_dim": 12, "num_regions": 2, "word_dim": 8, "text_dim": 16,
+                         "embed_size": 16}
+        data_class = "ncl.data.video.VideoSyntheticDataModule"
+        data_args = {k: v for k, v in data_args.items() if k != "n_train"}
     override = {
-        "data": {"class_path": "ncl.data.datamodule.SyntheticDataModule", "init_args": data_args},
+        "data": {"class_path": data_class, "init_args": data_args},
         "model": {"init_args": {"backbone": {"init_args": backbone_args}}},
         "trainer": {"max_epochs": 1, "limit_train_batches": 2, "accelerator": "cpu",
                     "default_root_dir": str(tmp_path / "root"), "enable_progress_bar": False},
