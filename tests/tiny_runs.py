@@ -1,5 +1,7 @@
 """Shared pieces of the tests that train tiny synthetic runs through the real CLI: the
-trainer section with the configs' two checkpoints, writing the YAML, and reading a run back."""
+trainer section with the configs' two checkpoints, writing the YAML, reading a run back,
+comparing checkpoints, and the two-process (DDP on gloo) checks: ranks in sync, every
+sample counted once."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
 import yaml
 
@@ -28,6 +31,44 @@ def tiny_trainer(root: Path, max_epochs: int, steps: int, monitor: str = "val/rs
                 {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                  "init_args": {"filename": "last", "enable_version_counter": False}}],
             **extra}
+
+
+#: The SGRAF of the per-method resume and DDP tests; dropout stays at 0.4, so that draws from
+#: torch's global stream matter.
+TINY_SGRAF = {"img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16, "sim_dim": 8,
+              "similarity_strategy": "chunked"}
+#: One tiny case per method (``class_path`` and switches), shared by the resume and DDP tests.
+METHODS: dict[str, dict[str, Any]] = {
+    # random negatives (negative_ratio in (0, 1)) exercise the method's own generator
+    "rcl": {"class_path": "ncl.methods.rcl.RCL", "init_args": {"negative_ratio": 0.5}},
+    "triplet_warmup": {"class_path": "ncl.methods.baselines.Triplet",
+                       "init_args": {"warmup_epochs": 1, "negatives": "hardest"}},
+    "infonce_clean": {"class_path": "ncl.methods.baselines.InfoNCE", "init_args": {"clean_only": True}},
+    # co-teaching with dropout on: its plans are seeded per epoch, dropout by the base class
+    "ncr": {"class_path": "ncl.methods.ncr.NCR", "init_args": {"warmup_epochs": 1, "unlabelled_start": 0}},
+    # LNC as configs/lnc_sgr_*.yaml: momentum targets (per-sample state carried across epochs),
+    # Randomly Noise Abandon (a random draw in warm-up epochs >= 1), LNC's rules
+    "lnc": {"class_path": "ncl.methods.ncr.NCR",
+            "init_args": {"warmup_epochs": 2, "unlabelled_start": 0, "momentum_regularization": True,
+                          "noise_abandon": True, "prediction_form": "linear",
+                          "clean_rule": "greater_equal", "ncr_margin_mode": "per_sample"}},
+}
+
+
+def method_config(root: Path, cache: Path, method: dict[str, Any], max_epochs: int, steps: int,
+                  trainer: dict[str, Any] | None = None, data: dict[str, Any] | None = None) -> Path:
+    """``root/config.yaml`` of a tiny run of ``method`` (an entry of :data:`METHODS`) on the
+    ``tiny`` preset with 40% image noise, Adam at 2e-3, ``seed_everything: 0``."""
+    model = {"class_path": method["class_path"],
+             "init_args": {**method["init_args"],
+                           "backbone": {"class_path": "ncl.models.sgraf.SGRAF", "init_args": TINY_SGRAF},
+                           "optimizer": {"class_path": "torch.optim.Adam", "init_args": {"lr": 2e-3}}}}
+    data_args = {"preset": "tiny", "cache_dir": str(cache), "batch_size": 16, "eval_batch_size": 64,
+                 "noise_type": "image", "noise_ratio": 0.4, **(data or {})}
+    return save_config(root, {
+        "seed_everything": 0, "model": model,
+        "trainer": tiny_trainer(root, max_epochs, steps, **(trainer or {})),
+        "data": {"class_path": "ncl.data.datamodule.SyntheticDataModule", "init_args": data_args}})
 
 
 def save_config(root: Path, cfg: dict[str, Any]) -> Path:
@@ -60,3 +101,117 @@ def per_epoch(folder: Path, key: str) -> dict[int, float]:
 
 def last_checkpoint(folder: Path) -> dict:
     return torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False)
+
+
+# ------------------------------------------------------------------ state comparison
+def flat_state(state: Any, prefix: str = "") -> dict[str, Any]:
+    """``{dotted.key: leaf}`` of a nested dict/list of training state (tensors, numbers, None)."""
+    if isinstance(state, dict):
+        items = state.items()
+    elif isinstance(state, (list, tuple)):
+        items = enumerate(state)
+    else:
+        return {prefix: state}
+    out: dict[str, Any] = {}
+    for key, value in items:
+        out.update(flat_state(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def assert_same_checkpoints(a: dict, b: dict) -> None:
+    """Two checkpoints hold bit-identical weights and method training state (every per-sample
+    tensor, every schedule counter: ``ncl_training_state``)."""
+    assert a["epoch"] == b["epoch"]
+    assert a["state_dict"].keys() == b["state_dict"].keys()
+    for key, value in a["state_dict"].items():
+        assert torch.equal(value, b["state_dict"][key]), key
+    sa, sb = flat_state(a.get("ncl_training_state", {})), flat_state(b.get("ncl_training_state", {}))
+    assert sa.keys() == sb.keys()
+    for key, value in sa.items():
+        same = torch.equal(value, sb[key]) if isinstance(value, torch.Tensor) else value == sb[key]
+        assert same, f"ncl_training_state.{key}"
+
+
+# ------------------------------------------------------------------ two CPU processes
+#: Two processes on gloo; ``ddp_spawn`` keeps the test inside pytest's process tree.
+DDP_TRAINER = {"devices": 2, "strategy": "ddp_spawn", "limit_train_batches": 3}
+#: Data of the two-process tests. Sizes not divisible by the world size (63 images / 315
+#: captions to train, 31 / 155 to validate): the DistributedSampler pads each rank's share
+#: with a repeated sample, so any per-sample count or metric that did not de-duplicate by
+#: index would count it twice. (Not 61 images: 305 pairs in batches of 16 leave a division
+#: batch of one pair, whose loss is 0; on a set this small NCR's GMM takes that pair as the
+#: only clean one, and co-training then has no batches.) Evaluation one sample at a time:
+#: an embedding depends on its batch's other samples in the last bits (3e-8 for the tiny
+#: caption encoder), which can flip a near-tie in the recalls between two batchings.
+DDP_DATA = {"n_train": 63, "n_dev": 31, "eval_batch_size": 1}
+
+
+class RankSyncCheck(L.Callback):
+    """DDP tests: every rank must hold the same weights and the same method training state
+    (each tensor of ``training_state()``: divisions, soft labels, momentum targets) after
+    every training epoch, and the same buffers (BatchNorm running statistics) when a
+    validation ends, since each rank encodes and scores its share of the validation set
+    with them; rank 0 then writes the epoch into ``<marker_dir>/sync_ok_world<W>``.
+
+    Args:
+        marker_dir: folder of the marker file.
+    """
+
+    def __init__(self, marker_dir: str = ".") -> None:
+        self.marker_dir = marker_dir
+
+    @staticmethod
+    def check(trainer: L.Trainer, pl_module: L.LightningModule, tensors: dict[str, torch.Tensor]) -> None:
+        for name, local in tensors.items():
+            gathered = pl_module.all_gather(local.double()).reshape(trainer.world_size, -1)
+            if not all(torch.equal(gathered[0], row) for row in gathered):
+                raise AssertionError(f"the ranks' {name} diverged at epoch {trainer.current_epoch}")
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        weights = torch.cat([p.detach().reshape(-1) for p in pl_module.parameters()])
+        state = flat_state(pl_module.training_state())  # type: ignore[operator]
+        self.check(trainer, pl_module, {"weights": weights, **{
+            k: v for k, v in state.items() if isinstance(v, torch.Tensor)}})
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        self.check(trainer, pl_module, {f"buffer {n}": b for n, b in pl_module.named_buffers()})
+        if trainer.is_global_zero:
+            Path(self.marker_dir, f"sync_ok_world{trainer.world_size}").write_text(
+                str(trainer.current_epoch))
+
+
+def sync_check_args(marker_dir: Path) -> list[str]:
+    """Command-line arguments that add :class:`RankSyncCheck` to a run."""
+    return ["--trainer.callbacks+=tiny_runs.RankSyncCheck", f"--trainer.callbacks.marker_dir={marker_dir}"]
+
+
+def validation_metrics(folder: Path, epoch: int | None = None) -> dict[str, float]:
+    """Every ``val*`` metric of one epoch (the last one logged when ``epoch`` is None)."""
+    rows = [r for r in metric_rows(folder) if any(k.startswith("val") and v for k, v in r.items())]
+    assert rows, f"no validation row in {folder}"
+    epoch = max(int(r["epoch"]) for r in rows) if epoch is None else epoch
+    return {k: float(v) for r in rows if int(r["epoch"]) == epoch
+            for k, v in r.items() if k.startswith("val") and v}
+
+
+def assert_counted_once(config: Path, folder: Path, root: Path) -> None:
+    """The last validation of a multi-process run equals a single-process ``ncl validate``
+    of the checkpoint written after it (``last.ckpt``): every image and caption counted
+    once, none lost or doubled by the DistributedSampler's padding, whatever the ranks'
+    batch boundaries. Exact equality: with ``eval_batch_size: 1`` (:data:`DDP_DATA`) every
+    embedding is computed the same way in both runs, and the similarities from them."""
+    from ncl.cli import main
+
+    epoch = int(last_checkpoint(folder)["epoch"])
+    distributed = validation_metrics(folder, epoch)
+    assert "val/rsum" in distributed, sorted(distributed)
+    main(["validate", "--config", str(config), "--trainer.devices=1", "--trainer.strategy=auto",
+          f"--trainer.default_root_dir={root / 'alone'}",
+          f"--ckpt_path={folder / 'checkpoints' / 'last.ckpt'}"])
+    (folder_alone,) = (root / "alone" / "lightning_logs").iterdir()
+    alone = validation_metrics(folder_alone)
+    shared = alone.keys() & distributed.keys()  # a fit-only key (CRCL's rsum_selected) aside
+    assert "val/rsum" in shared, (sorted(alone), sorted(distributed))
+    assert {k: alone[k] for k in shared} == {k: distributed[k] for k in shared}

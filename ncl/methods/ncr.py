@@ -38,7 +38,7 @@ from ncl.data.contracts import RetrievalData, retrieval_data
 from ncl.training.division import Division, DivisionConfig, compute_division
 from ncl.training.state import PerSampleState
 from ncl.callbacks.diagnostics import DivisionDiagnostics
-from ncl.training.distributed import average_gradients
+from ncl.training.distributed import average_gradients, broadcast_
 from ncl.callbacks.momentum import MomentumTargets
 from ncl.training.passes import eval_mode
 from ncl.training.plans import PlanLoader, Step, StepDataset, cotrain_plan, warmup_plan
@@ -457,6 +457,12 @@ class NCR(RetrievalMethod):
             self.manual_backward(loss)
         average_gradients(self.nets[k])
         opt.step()
+        # DDP broadcasts rank 0's buffers before a forward only after a synced backward, and
+        # every backward here is no_sync: without this each rank's BatchNorm running
+        # statistics would follow its own batches, and validation or a division pass sharded
+        # over the ranks would mix networks that differ from the checkpoint (rank 0's).
+        for buffer in self.nets[k].buffers():
+            broadcast_(buffer)
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Clip the stepping network's global gradient norm at ``grad_clip`` (spec 4.1).

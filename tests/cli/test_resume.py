@@ -1,92 +1,34 @@
 """Resume: one run folder per run, reused by ``--ckpt_path last``; kill -9 and resume equals
-an uninterrupted run for every single-network method (issue 9)."""
+an uninterrupted run for every single-network method and for NCR/LNC (issues 9 and 13; CRCL
+and ReCon: tests/methods/test_crcl_cli.py, tests/methods/test_recon_cli.py)."""
 
 from __future__ import annotations
 
-import csv
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import torch
-import yaml
 
 from ncl.cli import main
 from ncl.loggers import WANDB_ID_FILE, NclWandbLogger
 from ncl.runs import newest_checkpoint, runs_root
+from resume_helpers import fit_killed_at
+from tiny_runs import METHODS, assert_same_checkpoints, last_checkpoint, method_config, per_epoch, run_folder
 
-REPO = Path(__file__).resolve().parents[2]
-TESTS = REPO / "tests"
-BACKBONE = {"img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16, "sim_dim": 8,
-            "similarity_strategy": "chunked"}  # dropout left at 0.4: global-RNG draws matter
-METHODS = {
-    # random negatives (negative_ratio in (0, 1)) exercise the method's own generator
-    "rcl": {"class_path": "ncl.methods.rcl.RCL", "init_args": {"negative_ratio": 0.5}},
-    "triplet_warmup": {"class_path": "ncl.methods.baselines.Triplet",
-                       "init_args": {"warmup_epochs": 1, "negatives": "hardest"}},
-    "infonce_clean": {"class_path": "ncl.methods.baselines.InfoNCE", "init_args": {"clean_only": True}},
-    # co-teaching with dropout on: its plans are seeded per epoch, dropout by the base class
-    "ncr": {"class_path": "ncl.methods.ncr.NCR", "init_args": {"warmup_epochs": 1, "unlabelled_start": 0}},
-}
 STEPS_PER_EPOCH = 4
 
 
 def write_config(root: Path, cache: Path, method: dict) -> Path:
-    model = {"class_path": method["class_path"],
-             "init_args": {**method["init_args"],
-                           "backbone": {"class_path": "ncl.models.sgraf.SGRAF", "init_args": BACKBONE},
-                           "optimizer": {"class_path": "torch.optim.Adam", "init_args": {"lr": 2e-3}}}}
-    cfg = {
-        "seed_everything": 0,
-        "trainer": {"accelerator": "cpu", "devices": 1, "max_epochs": 3, "deterministic": True,
-                    "log_every_n_steps": 1, "enable_model_summary": False,
-                    "enable_progress_bar": False, "limit_train_batches": STEPS_PER_EPOCH,
-                    "default_root_dir": str(root / "runs"),
-                    "callbacks": [
-                        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                         "init_args": {"monitor": "val/rsum", "mode": "max", "filename": "best-{epoch}"}},
-                        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                         "init_args": {"filename": "last", "enable_version_counter": False}}]},
-        "model": model,
-        "data": {"class_path": "ncl.data.datamodule.SyntheticDataModule",
-                 "init_args": {"preset": "tiny", "cache_dir": str(cache), "batch_size": 16,
-                               "eval_batch_size": 64, "noise_type": "image", "noise_ratio": 0.4}},
-    }
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def run_folder(root: Path) -> Path:
-    folders = sorted((root / "runs" / "lightning_logs").iterdir())
-    assert len(folders) == 1, folders
-    return folders[0]
+    return method_config(root, cache, method, max_epochs=3, steps=STEPS_PER_EPOCH)
 
 
 def val_rsum(folder: Path) -> dict[int, float]:
-    with open(folder / "metrics.csv") as handle:
-        rows = [r for r in csv.DictReader(handle) if r.get("val/rsum")]
-    epochs = [int(r["epoch"]) for r in rows]
-    assert len(epochs) == len(set(epochs)), f"duplicated validation rows: {epochs}"
-    return {int(r["epoch"]): float(r["val/rsum"]) for r in rows}
+    return per_epoch(folder, "val/rsum")
 
 
-def checkpoint_state(folder: Path) -> tuple[dict, dict]:
-    ckpt = torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False)
-    best = {k: v for k, v in ckpt["callbacks"].items() if "val/rsum" in k}
-    return ckpt, next(iter(best.values()))
-
-
-def kill_during_second_epoch(config: Path, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-           "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "ncl.cli", "fit", "--config", str(config),
-           "--trainer.callbacks+=resume_helpers.KillAtStep",
-           f"--trainer.callbacks.step={STEPS_PER_EPOCH + 2}"]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+def best_tracking(ckpt: dict) -> dict:
+    """The state of the checkpoint callback that monitors ``val/rsum``."""
+    return next(v for k, v in ckpt["callbacks"].items() if "val/rsum" in k)
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))
@@ -96,24 +38,23 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path: Path, synthetic_cache: P
     straight = run_folder(tmp_path / "straight")
 
     killed_cfg = write_config(tmp_path / "killed", synthetic_cache, METHODS[name])
-    killed = kill_during_second_epoch(killed_cfg, tmp_path)
+    killed = fit_killed_at(killed_cfg, tmp_path, STEPS_PER_EPOCH + 2)  # mid second epoch
     assert killed.returncode == -9, killed.stderr[-2000:]
     folder = run_folder(tmp_path / "killed")
-    assert torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False)["epoch"] == 0
+    assert last_checkpoint(folder)["epoch"] == 0
 
     main(["fit", "--config", str(killed_cfg), "--ckpt_path", "last"])
     assert run_folder(tmp_path / "killed") == folder  # the same folder, no second run
 
     assert val_rsum(folder) == val_rsum(straight)
     assert sorted(val_rsum(folder)) == [0, 1, 2]
-    ckpt_a, best_a = checkpoint_state(straight)
-    ckpt_b, best_b = checkpoint_state(folder)
-    for key, value in ckpt_a["state_dict"].items():
-        assert torch.equal(value, ckpt_b["state_dict"][key]), key
-    if "ncl_training_state" in ckpt_a:  # per-sample state of co-teaching
-        assert torch.equal(ckpt_a["ncl_training_state"]["division"]["prob"],
-                           ckpt_b["ncl_training_state"]["division"]["prob"])
+    ckpt_a, ckpt_b = last_checkpoint(straight), last_checkpoint(folder)
+    assert_same_checkpoints(ckpt_a, ckpt_b)  # weights and per-sample state (NCR/LNC)
+    if name == "lnc":  # the state LNC adds to NCR is there to be compared
+        assert ckpt_b["ncl_training_state"]["momentum_targets"] is not None
+        assert per_epoch(folder, "division/abandoned") == per_epoch(straight, "division/abandoned")
     # best-checkpoint tracking survived the resume: same best score, same file name
+    best_a, best_b = best_tracking(ckpt_a), best_tracking(ckpt_b)
     assert best_a["best_model_score"] == best_b["best_model_score"]
     assert Path(best_a["best_model_path"]).name == Path(best_b["best_model_path"]).name
     assert len(list((folder / "checkpoints").glob("best*.ckpt"))) == 1

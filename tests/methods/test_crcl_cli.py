@@ -1,34 +1,31 @@
 """CRCL through the real CLI on tiny synthetic data: fit and test, the last-piece selection,
 kill -9 and resume equal to an uninterrupted run (inside a piece and just after a piece
-boundary), and two CPU processes (DDP on gloo) with identical labels on both ranks."""
+boundary), and two CPU processes (DDP on gloo) with identical labels on both ranks and every
+sample counted once."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import lightning as L
 import pytest
-import torch
 
 from ncl.cli import main
-from tiny_runs import last_checkpoint, per_epoch, run_folder, save_config, tiny_trainer
+from resume_helpers import fit_killed_at
+from tiny_runs import (DDP_DATA, DDP_TRAINER, assert_counted_once, assert_same_checkpoints,
+                       last_checkpoint, per_epoch, run_folder, save_config, sync_check_args,
+                       tiny_trainer)
 
-REPO = Path(__file__).resolve().parents[2]
-TESTS = REPO / "tests"
 BACKBONE = {"module_name": "SAF", "img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16,
             "sim_dim": 8, "add_mask_token": True, "similarity_strategy": "chunked"}  # dropout on
 STEPS_PER_EPOCH = 4
 
 
 def write_config(root: Path, cache: Path, model: dict | None = None, trainer: dict | None = None,
-                 augment: bool = True) -> Path:
+                 augment: bool = True, data: dict | None = None) -> Path:
     """A tiny CRCL config: pieces [2, 2] (4 epochs), e_f = 1, the configs' two checkpoints."""
     data = {"preset": "tiny", "cache_dir": str(cache), "batch_size": 16, "eval_batch_size": 64,
-            "noise_type": "caption", "noise_ratio": 0.4}
+            "noise_type": "caption", "noise_ratio": 0.4, **(data or {})}
     if augment:
         data["augment"] = {"class_path": "ncl.data.augment.CaptionRegionAugment"}
     cfg = {
@@ -71,14 +68,6 @@ def test_fit_select_last_piece_and_test(tmp_path: Path, synthetic_cache: Path) -
     assert set(results) == {"net"}
 
 
-def _kill_at(config: Path, cwd: Path, step: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-           "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "ncl.cli", "fit", "--config", str(config),
-           "--trainer.callbacks+=resume_helpers.KillAtStep", f"--trainer.callbacks.step={step}"]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-
-
 # (kill after this optimiser step, rule): step 6 is inside piece 0 (its 2nd epoch, resumed
 # from epoch 0's checkpoint); step 10 is in the first epoch of piece 1, just after the
 # boundary (resumed from the checkpoint of piece 0's last epoch, so the resumed run
@@ -96,7 +85,7 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path: Path, synthetic_cache: P
     straight = run_folder(tmp_path / "straight")
 
     killed_cfg = write_config(tmp_path / "killed", synthetic_cache, {"rule": rule})
-    killed = _kill_at(killed_cfg, tmp_path, step)
+    killed = fit_killed_at(killed_cfg, tmp_path, step)
     assert killed.returncode == -9, killed.stderr[-2000:]
     folder = run_folder(tmp_path / "killed")
     assert last(folder)["epoch"] == step // STEPS_PER_EPOCH - 1
@@ -107,51 +96,21 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path: Path, synthetic_cache: P
     assert per_epoch(folder, "val_warmup/rsum") == per_epoch(straight, "val_warmup/rsum")
     assert sorted(per_epoch(folder, "val/rsum")) == [1, 2, 3]  # epoch 0: piece 0's warm-up
     a, b = last(straight), last(folder)
-    assert a["epoch"] == b["epoch"] == 3
-    for key, value in a["state_dict"].items():
-        assert torch.equal(value, b["state_dict"][key]), key
-    sa, sb = a["ncl_training_state"], b["ncl_training_state"]
-    assert torch.equal(sa["labels"]["values"], sb["labels"]["values"])
-    assert (sa["label_epoch"], sa["initialised_piece"]) == (sb["label_epoch"], sb["initialised_piece"])
-    assert sa["label_epoch"] == (3 if rule == "paper" else -1)
+    assert a["epoch"] == 3
+    assert_same_checkpoints(a, b)  # weights, labels, label epoch, initialised piece
+    assert a["ncl_training_state"]["label_epoch"] == (3 if rule == "paper" else -1)
     assert per_epoch(folder, "labels/all/mean") == per_epoch(straight, "labels/all/mean")
-
-
-class LabelSyncCheck(L.Callback):
-    """DDP tests: after every epoch every rank must hold the same labels and weights; rank 0
-    leaves a marker file.
-
-    Args:
-        marker_dir: folder of the ``labels_ok_world<W>`` marker.
-    """
-
-    def __init__(self, marker_dir: str = ".") -> None:
-        self.marker_dir = marker_dir
-
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        labels = pl_module.labels.values[0]  # type: ignore[attr-defined]
-        nets = pl_module.nets  # type: ignore[attr-defined]
-        weights = torch.cat([p.detach().reshape(-1) for p in nets.parameters()])
-        for name, local in (("labels", labels), ("weights", weights)):
-            gathered = pl_module.all_gather(local).reshape(trainer.world_size, -1)
-            if not all(torch.equal(gathered[0], row) for row in gathered):
-                raise AssertionError(f"the ranks' {name} diverged at epoch {trainer.current_epoch}")
-        if trainer.is_global_zero:
-            Path(self.marker_dir, f"labels_ok_world{trainer.world_size}").write_text(
-                str(trainer.current_epoch))
 
 
 def test_two_cpu_processes_fit_resume_test(tmp_path: Path, synthetic_cache: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """DDP (ddp_spawn, gloo): the per-step label writes and the re-initialisation keep the
-    ranks identical; checkpoint, resume and test. Then the paper rule, whose eval pass is
-    sharded over the ranks and gathered by index."""
+    ranks identical; validation counts every sample once although the sizes are odd (padded
+    shards); checkpoint, resume and test. Then the paper rule, whose eval pass is sharded
+    over the ranks and gathered by index."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # read by the spawned processes' torch
-    trainer = {"devices": 2, "strategy": "ddp_spawn", "limit_train_batches": 3}
-    config = write_config(tmp_path / "official", synthetic_cache, trainer=trainer)
-    sync = ["--trainer.callbacks+=methods.test_crcl_cli.LabelSyncCheck",
-            f"--trainer.callbacks.marker_dir={tmp_path}"]
-    marker = tmp_path / "labels_ok_world2"
+    config = write_config(tmp_path / "official", synthetic_cache, trainer=DDP_TRAINER, data=DDP_DATA)
+    sync, marker = sync_check_args(tmp_path), tmp_path / "sync_ok_world2"
     main(["fit", "--config", str(config), "--trainer.max_epochs=3", *sync])  # crosses the boundary
     assert marker.read_text() == "2"
     folder = run_folder(tmp_path / "official")
@@ -159,15 +118,18 @@ def test_two_cpu_processes_fit_resume_test(tmp_path: Path, synthetic_cache: Path
     assert state["initialised_piece"] == 1 and bool((state["labels"]["values"] < 1).any())
     main(["fit", "--config", str(config), "--ckpt_path=last", *sync])
     assert marker.read_text() == "3" and last(folder)["epoch"] == 3
+    assert_counted_once(config, folder, tmp_path / "official")
     main(["test", "--config", str(config), "--trainer.devices=1", "--trainer.strategy=auto",
           "--ckpt_path=best"])
     assert list((tmp_path / "official").rglob("test_results.json"))
 
-    paper = write_config(tmp_path / "paper", synthetic_cache, {"rule": "paper"}, trainer, augment=False)
+    paper = write_config(tmp_path / "paper", synthetic_cache, {"rule": "paper"}, DDP_TRAINER,
+                         augment=False, data=DDP_DATA)
     main(["fit", "--config", str(paper), "--trainer.max_epochs=2", *sync])
     assert marker.read_text() == "1"
     state = last(run_folder(tmp_path / "paper"))["ncl_training_state"]
     assert state["label_epoch"] == 1 and bool((state["labels"]["values"] < 1).all())
+    assert state["labels"]["values"].shape == (1, 5 * DDP_DATA["n_train"])
 
 
 def test_more_epochs_than_pieces_is_one_clear_error(tmp_path: Path, synthetic_cache: Path,

@@ -1,5 +1,5 @@
 """NCR / LNC through the real CLI on tiny synthetic data: fit, checkpoint, exact resume,
-test, and two CPU processes (DDP on gloo)."""
+test, and two CPU processes (DDP on gloo) that count every sample once."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ import torch
 import yaml
 
 from ncl.cli import main
+from tiny_runs import DDP_DATA, assert_counted_once, sync_check_args
 
 BACKBONE = {"img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16, "sim_dim": 8,
             "dropout": 0.0, "similarity_strategy": "chunked"}
 
 
-def write_config(tmp_path: Path, cache: Path, model: dict, trainer: dict | None = None) -> Path:
+def write_config(tmp_path: Path, cache: Path, model: dict, trainer: dict | None = None,
+                 data: dict | None = None) -> Path:
     """A tiny NCR config (CSV logger, checkpoint on val/rsum) with ``model`` switches."""
     cfg = {
         "seed_everything": 0,
@@ -35,7 +37,8 @@ def write_config(tmp_path: Path, cache: Path, model: dict, trainer: dict | None 
                                              "init_args": BACKBONE}, "warmup_epochs": 1, **model}},
         "data": {"class_path": "ncl.data.datamodule.SyntheticDataModule",
                  "init_args": {"preset": "tiny", "cache_dir": str(cache), "batch_size": 16,
-                               "eval_batch_size": 64, "noise_type": "caption", "noise_ratio": 0.2}},
+                               "eval_batch_size": 64, "noise_type": "caption", "noise_ratio": 0.2,
+                               **(data or {})}},
     }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -98,19 +101,27 @@ def test_lnc_switches_fit(tmp_path: Path, synthetic_cache: Path) -> None:
 
 def test_two_cpu_processes_fit_resume_test(tmp_path: Path, synthetic_cache: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """DDP (ddp_spawn, gloo): ranks stay in sync, checkpoint, resume and test."""
+    """DDP (ddp_spawn, gloo): ranks stay in sync, checkpoint, resume and test; validation
+    counts every sample once although the sizes are odd (padded shards)."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # read by the spawned processes' torch
     trainer = {"devices": 2, "strategy": "ddp_spawn"}
-    config = write_config(tmp_path, synthetic_cache, {"momentum_regularization": True}, trainer)
-    sync = ["--trainer.callbacks+=callbacks.ncr_fakes.SyncCheck",
-            f"--trainer.callbacks.marker_dir={tmp_path}"]
+    config = write_config(tmp_path, synthetic_cache, {"momentum_regularization": True}, trainer,
+                          DDP_DATA)
+    sync, marker = sync_check_args(tmp_path), tmp_path / "sync_ok_world2"
     main(["fit", "--config", str(config), "--trainer.max_epochs=2", *sync])
-    assert (tmp_path / "sync_ok_world2").is_file()
+    assert marker.read_text() == "1"  # weights, division, targets and BatchNorm statistics
     ckpt = torch.load(last_ckpt(tmp_path, 0), weights_only=False)
     # last.ckpt of the last epoch (1): its own division (none is made for an epoch 2)
     assert ckpt["ncl_training_state"]["division"]["epoch"] == 1
-    main(["fit", "--config", str(config), "--ckpt_path=last"])  # continues version_0
-    assert torch.load(last_ckpt(tmp_path, 0), weights_only=False)["epoch"] == 2
+    main(["fit", "--config", str(config), "--ckpt_path=last", *sync])  # continues version_0
+    assert marker.read_text() == "2"
+    resumed = torch.load(last_ckpt(tmp_path, 0), weights_only=False)
+    assert resumed["epoch"] == 2
+    validated = [r["epoch"] for r in metrics(tmp_path, 0) if r.get("val/rsum")]
+    assert validated == ["0", "1", "2"]  # every epoch trained and validated, none skipped
+    pairs = 5 * DDP_DATA["n_train"]  # the division pass gathers each pair once, by index
+    assert resumed["ncl_training_state"]["division"]["prob"].shape == (2, pairs)
+    assert_counted_once(config, last_ckpt(tmp_path, 0).parents[1], tmp_path)
     main(["test", "--config", str(config), "--trainer.devices=1", "--trainer.strategy=auto",
           "--ckpt_path=best"])
     assert list(tmp_path.rglob("test_results.json"))

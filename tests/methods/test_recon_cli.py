@@ -1,7 +1,7 @@
 """ReCon through the real CLI on tiny synthetic data: fit and test with the division logged,
 resume equal to an uninterrupted run (from a checkpoint that holds the next epoch's division,
-and from one that does not), and two CPU processes (DDP on gloo) with identical divisions and
-pseudo-labels on both ranks."""
+from one that does not, and after SIGKILL mid-epoch), and two CPU processes (DDP on gloo)
+with identical divisions and pseudo-labels on both ranks and every sample counted once."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from pathlib import Path
 
 import lightning as L
 import pytest
-import torch
 
 from ncl.cli import main
-from tiny_runs import last_checkpoint, per_epoch, run_folder, save_config, tiny_trainer
+from resume_helpers import fit_killed_at
+from tiny_runs import (DDP_DATA, DDP_TRAINER, assert_counted_once, assert_same_checkpoints,
+                       last_checkpoint, per_epoch, run_folder, save_config, sync_check_args,
+                       tiny_trainer)
 from ncl.data.datamodule import SyntheticDataModule
 
 BACKBONE = {"module_name": "SAF", "img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16,
@@ -22,11 +24,11 @@ STEPS_PER_EPOCH = 4
 
 
 def write_config(root: Path, cache: Path, model: dict | None = None,
-                 trainer: dict | None = None) -> Path:
+                 trainer: dict | None = None, data: dict | None = None) -> Path:
     """A tiny ReCon config: one warm-up epoch, then two epochs on divisions; augmentation on."""
     data = {"preset": "tiny", "cache_dir": str(cache), "batch_size": 16, "eval_batch_size": 64,
             "noise_type": "caption", "noise_ratio": 0.4,
-            "augment": {"class_path": "ncl.data.augment.CaptionRegionAugment"}}
+            "augment": {"class_path": "ncl.data.augment.CaptionRegionAugment"}, **(data or {})}
     cfg = {
         "seed_everything": 0,
         "trainer": tiny_trainer(root, 3, STEPS_PER_EPOCH, **(trainer or {})),
@@ -87,10 +89,12 @@ class StopAfterEpoch(L.Callback):
 
 # "stopped": the first run ends after epoch 1 with max_epochs 3, so its checkpoint carries
 # epoch 2's division; "extended": the first run has max_epochs 2 (fit 2 + resume 1), so the
-# resumed run makes epoch 2's division itself, from the same weights.
+# resumed run makes epoch 2's division itself, from the same weights; "killed": SIGKILL in the
+# middle of epoch 2 (no teardown), resumed from epoch 1's checkpoint.
 FIRST_RUN = {"stopped": ["--trainer.callbacks+=methods.test_recon_cli.StopAfterEpoch",
                          "--trainer.callbacks.epoch=1"],
-             "extended": ["--trainer.max_epochs=2"]}
+             "extended": ["--trainer.max_epochs=2"],
+             "killed": None}
 
 
 @pytest.mark.parametrize("how", sorted(FIRST_RUN))
@@ -100,12 +104,16 @@ def test_resume_equals_uninterrupted(tmp_path: Path, synthetic_cache: Path, how:
     straight = run_folder(tmp_path / "straight")
 
     resumed_cfg = write_config(tmp_path / "resumed", synthetic_cache)
-    main(["fit", "--config", str(resumed_cfg), *FIRST_RUN[how]])
+    if FIRST_RUN[how] is None:
+        killed = fit_killed_at(resumed_cfg, tmp_path, 2 * STEPS_PER_EPOCH + 2)
+        assert killed.returncode == -9, killed.stderr[-2000:]
+    else:
+        main(["fit", "--config", str(resumed_cfg), *FIRST_RUN[how]])
     folder = run_folder(tmp_path / "resumed")
     first = last(folder)
     assert first["epoch"] == 1
     carried = first["ncl_training_state"]["division"]["epoch"]
-    assert carried == (2 if how == "stopped" else 1)
+    assert carried == (1 if how == "extended" else 2)
     main(["fit", "--config", str(resumed_cfg), "--ckpt_path", "last"])
     assert run_folder(tmp_path / "resumed") == folder
 
@@ -113,54 +121,19 @@ def test_resume_equals_uninterrupted(tmp_path: Path, synthetic_cache: Path, how:
     assert sorted(per_epoch(folder, "val/rsum")) == [0, 1, 2]
     assert per_epoch(folder, "division/noisy") == per_epoch(straight, "division/noisy")
     a, b = last(straight), last(folder)
-    assert a["epoch"] == b["epoch"] == 2
-    for key, value in a["state_dict"].items():
-        assert torch.equal(value, b["state_dict"][key]), key
-    sa, sb = a["ncl_training_state"], b["ncl_training_state"]
-    for key, value in sa["division"].items():
-        other = sb["division"][key]
-        assert (value == other) if key == "epoch" else torch.equal(value, other), key
-    assert torch.equal(sa["pseudo_labels"]["values"], sb["pseudo_labels"]["values"])
-
-
-class DivisionSyncCheck(L.Callback):
-    """DDP tests: after every epoch every rank must hold the same division, pseudo-labels and
-    weights; rank 0 leaves a marker file.
-
-    Args:
-        marker_dir: folder of the ``division_ok_world<W>`` marker.
-    """
-
-    def __init__(self, marker_dir: str = ".") -> None:
-        self.marker_dir = marker_dir
-
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        module = pl_module
-        tensors = {"pseudo": module.pseudo_labels.values[0],  # type: ignore[attr-defined]
-                   "weights": torch.cat([p.detach().reshape(-1) for p in module.nets.parameters()])}
-        division = module.division  # type: ignore[attr-defined]
-        if division is not None:
-            tensors.update(subset=division.subset.float(), labels=division.labels,
-                           clean_prob=division.clean_prob, im_loss=division.im_loss)
-        for name, local in tensors.items():
-            gathered = pl_module.all_gather(local).reshape(trainer.world_size, -1)
-            if not all(torch.equal(gathered[0], row) for row in gathered):
-                raise AssertionError(f"the ranks' {name} diverged at epoch {trainer.current_epoch}")
-        if trainer.is_global_zero:
-            Path(self.marker_dir, f"division_ok_world{trainer.world_size}").write_text(
-                str(trainer.current_epoch))
+    assert a["epoch"] == 2
+    assert_same_checkpoints(a, b)  # weights, division, pseudo-labels
 
 
 def test_two_cpu_processes_fit_resume_test(tmp_path: Path, synthetic_cache: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """DDP (ddp_spawn, gloo): the division pass is sharded over the ranks and gathered by
-    index, the GMM fit broadcast from rank 0; checkpoint, resume and test."""
+    index, the GMM fit broadcast from rank 0, so every rank holds the same division and
+    pseudo-labels; every pair is divided once and validation counts every sample once
+    although the sizes are odd (padded shards); checkpoint, resume and test."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # read by the spawned processes' torch
-    trainer = {"devices": 2, "strategy": "ddp_spawn", "limit_train_batches": 3}
-    config = write_config(tmp_path, synthetic_cache, trainer=trainer)
-    sync = ["--trainer.callbacks+=methods.test_recon_cli.DivisionSyncCheck",
-            f"--trainer.callbacks.marker_dir={tmp_path}"]
-    marker = tmp_path / "division_ok_world2"
+    config = write_config(tmp_path, synthetic_cache, trainer=DDP_TRAINER, data=DDP_DATA)
+    sync, marker = sync_check_args(tmp_path), tmp_path / "sync_ok_world2"
     main(["fit", "--config", str(config), "--trainer.max_epochs=2", *sync])
     assert marker.read_text() == "1"
     folder = run_folder(tmp_path)
@@ -168,8 +141,11 @@ def test_two_cpu_processes_fit_resume_test(tmp_path: Path, synthetic_cache: Path
     main(["fit", "--config", str(config), "--ckpt_path=last", *sync])
     assert marker.read_text() == "2" and last(folder)["epoch"] == 2
     state = last(folder)["ncl_training_state"]
-    assert state["division"]["epoch"] == 2 and state["pseudo_labels"]["values"].shape == (1, 300)
-    assert sorted(per_epoch(folder, "division/clean")) == [1, 2]
+    pairs = 5 * DDP_DATA["n_train"]
+    assert state["division"]["epoch"] == 2 and state["pseudo_labels"]["values"].shape == (1, pairs)
+    sizes = [per_epoch(folder, f"division/{name}") for name in ("clean", "local", "noisy")]
+    assert all(sum(s[epoch] for s in sizes) == pairs for epoch in (1, 2))  # each pair once
+    assert_counted_once(config, folder, tmp_path)
     main(["test", "--config", str(config), "--trainer.devices=1", "--trainer.strategy=auto",
           "--ckpt_path=best"])
     assert list(tmp_path.rglob("test_results.json"))
