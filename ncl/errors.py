@@ -21,7 +21,8 @@ class ConfigError(NclUserError):
 
 
 class TrainingError(NclUserError):
-    """Training or evaluation produced NaN/Inf (a diverged run or a broken checkpoint).
+    """Training or evaluation produced NaN/Inf (a diverged run or a broken checkpoint), or a
+    division left nothing to train on (a collapsed co-divide).
 
     A user provokes it with a learning rate that is too large or with features that hold
     NaN/Inf; it is reported like any other user error rather than as a traceback.

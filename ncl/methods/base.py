@@ -27,7 +27,7 @@ from ncl.errors import ConfigError, DataError, TrainingError
 from ncl.evaluation.protocol import evaluate_systems
 from ncl.evaluation.report import format_table, write_results
 from ncl.evaluation.similarity import ensemble
-from ncl.training.distributed import rank_sharded_similarity
+from ncl.training.distributed import broadcast_buffers_, rank_sharded_similarity
 
 BackboneFactory = Callable[[int], nn.Module]
 
@@ -200,6 +200,10 @@ class RetrievalMethod(L.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self._eval_store = {}
+        # Each rank encodes part of the split in eval mode: with rank 0's BatchNorm statistics
+        # (those the checkpoint holds), not its own drifted ones (broadcast_buffers_).
+        if self.trainer.world_size > 1:
+            broadcast_buffers_(*self.nets)
 
     on_test_epoch_start = on_validation_epoch_start
 

@@ -53,7 +53,7 @@ from ncl.division import (
     rectify_labels_official_2023,
     rectify_noisy_labels,
 )
-from ncl.errors import ConfigError
+from ncl.errors import ConfigError, TrainingError
 from ncl.losses import RecastKind, soft_margin, soft_margin_triplet_loss, triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
 
@@ -318,6 +318,7 @@ class NCR(RetrievalMethod):
         else:
             self.prepare_division(epoch)
             division = self.division
+            check_cotraining_possible(division.clean, epoch)
             needs_unlabelled = self.unlabelled_loss_on() or hp.soft_margin == "sigmoid"
             steps = cotrain_plan([c.numpy() for c in division.clean], dm.batch_size, hp.seed,
                                  epoch, with_unlabelled=needs_unlabelled, **where)
@@ -520,3 +521,23 @@ def _check_args(warmup_epochs: int, margin: float, soft_margin: str, soft_margin
         raise ConfigError(f"model.mr_weight must be >= 0, got {mr_weight}")
     if not 0.0 <= abandon_fraction <= 1.0:
         raise ConfigError(f"model.abandon_fraction must lie in [0, 1], got {abandon_fraction}")
+
+
+def check_cotraining_possible(clean: Tensor, epoch: int) -> None:
+    """Raise one clear error when the co-divide left no network a batch to train on.
+
+    Args:
+        clean: ``(K, N)`` bool, network ``k``'s clean pairs (trained on by its peer).
+        epoch: the epoch, for the message.
+
+    Without this Lightning would end ``fit`` quietly ("no training batches", exit 0), which
+    looks like a finished run.
+    """
+    counts = [int(c.sum()) for c in clean]
+    if all(n < 2 for n in counts):
+        kept = ", ".join(f"{n}" for n in counts)
+        raise TrainingError(
+            f"NCR/LNC epoch {epoch}: the co-divide called {kept} of {clean.shape[1]} pairs clean "
+            f"(per network); co-training needs at least 2 to form a batch. The division has "
+            f"collapsed (see division/* in metrics.csv): more warm-up epochs, a lower learning "
+            f"rate or a larger training set usually help.")

@@ -190,6 +190,22 @@ def broadcast_(tensor: Tensor, src: int = 0) -> Tensor:
     return tensor
 
 
+def broadcast_buffers_(*modules: nn.Module, src: int = 0) -> None:
+    """Give every rank rank ``src``'s buffers (BatchNorm running statistics) of ``modules``.
+
+    DDP broadcasts buffers before a training forward, and each rank then updates them with
+    its own batch; NCR's manual ``no_sync`` steps skip even that. Evaluation and per-sample
+    passes run in eval mode, where BatchNorm uses these buffers, and each rank scores a
+    different part: without this, the parts would come from slightly different networks,
+    none of them exactly the checkpoint (which holds rank 0's). A no-op in one process.
+    """
+    if world_size() == 1:
+        return
+    for module in modules:
+        for buffer in module.buffers():
+            broadcast_(buffer, src)
+
+
 def average_gradients(module: nn.Module) -> None:
     """Average the gradients of ``module``'s parameters over all ranks, like DDP does.
 

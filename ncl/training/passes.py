@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from ncl.progress import track
-from ncl.training.distributed import gather_by_index
+from ncl.training.distributed import broadcast_buffers_, gather_by_index
 from ncl.training.plans import IndexBatches, iterate
 
 # (net, batch on device) -> (B, ...) per-sample values, in the batch's order.
@@ -85,6 +85,7 @@ def per_sample_pass(nets: Sequence[nn.Module], pairs: Dataset, batches: Sequence
     """
     n = len(pairs)
     rows = []
+    broadcast_buffers_(*nets)  # every rank scores its share with rank 0's BatchNorm statistics
     with eval_mode(*nets):
         for k, (net, net_batches) in enumerate(zip(nets, batches)):
             label = f"{description} ({k})" if len(nets) > 1 else description

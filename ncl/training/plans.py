@@ -154,12 +154,19 @@ def division_batches(num_samples: int, batch_size: int, seed: int, epoch: int, n
     The batches are formed over the **whole** (optionally shuffled) training set first and
     then dealt to ranks whole (batch ``b`` goes to rank ``b % world``), so every sample's
     in-batch negatives, and therefore its loss, do not depend on the number of processes.
-    A last batch of one is kept (its loss is 0, as in the official code).
+    A last batch of one pair joins the batch before it (``batch_size + 1`` pairs). The
+    official code keeps it as a batch of its own, where the pair has no in-batch negative
+    and its loss is exactly 0, the lowest of all; on a small training set the GMM can then
+    call that one pair the only clean one and co-training gets no batch (reproduced with 305
+    pairs and batch 16). This affects one pair in epochs where ``N mod batch_size == 1``.
     """
     order = np.arange(num_samples)
     if shuffle:
         order = rng_for(seed, epoch, DIVISION_STREAM, net).permutation(num_samples)
-    return chunk(order, batch_size, min_size=1)[rank::world]
+    batches = chunk(order, batch_size, min_size=1)
+    if len(batches) > 1 and len(batches[-1]) == 1:
+        batches = [*batches[:-2], np.concatenate(batches[-2:])]
+    return batches[rank::world]
 
 
 class IndexBatches(Dataset):

@@ -253,3 +253,15 @@ def test_warmup_epochs_are_kept_out_of_selection_only_on_request() -> None:
                    "lnc_sgr_coco", "lnc_sgr_cc152k", "lnc_rna_sgr_f30k"):
         text = (Path(__file__).resolve().parents[2] / "configs" / f"{config}.yaml").read_text()
         assert "    select_warmup: false\n" in text, config
+
+
+def test_collapsed_division_is_one_clear_error() -> None:
+    from ncl.errors import TrainingError
+    from ncl.methods.ncr import check_cotraining_possible
+
+    clean = torch.zeros(2, 305, dtype=torch.bool)
+    clean[0, 7] = True  # network A: one clean pair, B: none -> no batch for either
+    with pytest.raises(TrainingError, match=r"epoch 3: the co-divide called 1, 0 of 305 pairs"):
+        check_cotraining_possible(clean, 3)
+    clean[1, :2] = True  # B has a batch of two: co-training can go on
+    check_cotraining_possible(clean, 3)

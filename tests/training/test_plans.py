@@ -107,7 +107,10 @@ def test_division_batches_do_not_depend_on_world_size(world: int) -> None:
     dealt = [division_batches(53, 8, 0, 4, 1, True, rank=r, world=world) for r in range(world)]
     assert sorted(tuple(b.tolist()) for d in dealt for b in d) == sorted(tuple(b.tolist()) for b in single)
     assert sorted(np.concatenate(single).tolist()) == list(range(53))
-    assert division_batches(5, 2, 0, 0, 0, shuffle=False)[-1].tolist() == [4]  # kept, loss 0
+    # a last pair alone would have no negative (loss 0): it joins the batch before it
+    assert [b.tolist() for b in division_batches(5, 2, 0, 0, 0, shuffle=False)] == [[0, 1], [2, 3, 4]]
+    assert [b.tolist() for b in division_batches(6, 2, 0, 0, 0, shuffle=False)][-1] == [4, 5]
+    assert [b.tolist() for b in division_batches(1, 4, 0, 0, 0, shuffle=False)] == [[0]]
 
 
 def test_step_dataset_and_plan_loader_collate() -> None:
