@@ -43,6 +43,7 @@ from ncl.callbacks.momentum import MomentumTargets
 from ncl.training.passes import eval_mode
 from ncl.training.plans import PlanLoader, Step, StepDataset, cotrain_plan, warmup_plan
 from ncl.data.datasets import Batch, PairDataset
+from ncl.data.samplers import global_seed
 from ncl.division import (
     CleanRule,
     PredictionForm,
@@ -163,7 +164,9 @@ class NCR(RetrievalMethod):
             (:func:`mr_prediction`; the paper does not say).
         noise_abandon: LNC's Randomly Noise Abandon in warm-up epochs >= 1 (Eq. 7).
         abandon_fraction: fraction of the doubly-noisy pairs dropped (0.5).
-        seed: seed of every shuffle of the batch plans and of the abandon draw.
+        seed: seed of every shuffle of the batch plans and of the abandon draw; ``None``
+            (default): the run's ``seed_everything``, so that repeats over seeds also vary
+            the plans (the shipped configs set ``seed_everything: 0``: the same as ``0``).
         diagnostics: log division sizes and (with ground truth) noise-detection P/R/F1.
         loss_figure: also save a per-sample loss histogram + GMM figure per division.
         select_warmup: whether a warm-up epoch may become the best checkpoint. ``false``
@@ -185,7 +188,7 @@ class NCR(RetrievalMethod):
                  momentum_regularization: bool = False, mr_momentum: float = 0.5,
                  mr_weight: float = 1.0, mr_reduction: MrReduction = "mean",
                  mr_detach_normalizer: bool = True, noise_abandon: bool = False,
-                 abandon_fraction: float = 0.5, seed: int = 0,
+                 abandon_fraction: float = 0.5, seed: int | None = None,
                  diagnostics: bool = True, loss_figure: bool = False,
                  select_warmup: bool = True) -> None:
         super().__init__(vocab_size=vocab_size, backbone=backbone, optimizer=optimizer, lr_update=lr_update,
@@ -196,9 +199,11 @@ class NCR(RetrievalMethod):
                     prediction_form, unlabelled_start, unlabelled_update, mr_momentum, mr_weight,
                     mr_reduction, abandon_fraction)
         self.automatic_optimization = False
+        # seed_everything runs before the CLI builds the model, so the run's seed is known here
+        self.plan_seed = global_seed() if seed is None else seed
         self.division_config = DivisionConfig(
             margin=margin, p_threshold=p_threshold, clean_rule=clean_rule, gmm_seed=gmm_seed,
-            shuffle=division_shuffle, seed=seed, abandon_fraction=abandon_fraction)
+            shuffle=division_shuffle, seed=self.plan_seed, abandon_fraction=abandon_fraction)
         # Training state (checkpointed with the method, identical on every rank):
         self.division: Division | None = None  # the latest division (for ``division.epoch``)
         self.momentum_targets = PerSampleState(2, fill=1.0) if momentum_regularization else None
@@ -314,13 +319,13 @@ class NCR(RetrievalMethod):
             if hp.noise_abandon and epoch >= 1:  # LNC Alg. 1 l. 6-9: from the 2nd warm-up epoch
                 self.prepare_division(epoch)
                 pool = np.flatnonzero(self.division.keep.numpy())
-            steps = warmup_plan([pool, pool], dm.batch_size, hp.seed, epoch, **where)
+            steps = warmup_plan([pool, pool], dm.batch_size, self.plan_seed, epoch, **where)
         else:
             self.prepare_division(epoch)
             division = self.division
             check_cotraining_possible(division.clean, epoch)
             needs_unlabelled = self.unlabelled_loss_on() or hp.soft_margin == "sigmoid"
-            steps = cotrain_plan([c.numpy() for c in division.clean], dm.batch_size, hp.seed,
+            steps = cotrain_plan([c.numpy() for c in division.clean], dm.batch_size, self.plan_seed,
                                  epoch, with_unlabelled=needs_unlabelled, **where)
         return PlanLoader(StepDataset(pairs, self._limit(steps)), dm.num_workers)
 

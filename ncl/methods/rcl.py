@@ -45,7 +45,8 @@ class RCL(RetrievalMethod):
             learning, one negative), ``mae_single`` (Table 6's single-negative MAE).
         margin: triplet margin for the ``tr``/``tr_hn`` ablations.
         seed: seed of the generator that draws random negatives (``negative_ratio`` in
-            (0, 1) and the single-negative ablations).
+            (0, 1) and the single-negative ablations); ``None`` (default): the run's
+            ``seed_everything``.
     """
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
@@ -54,7 +55,7 @@ class RCL(RetrievalMethod):
                  loss: Literal["log", "exp", "gce", "tan", "mae"] = "log", q: float = 0.2,
                  negative_ratio: float = -1.0, eps: float = 1e-10,
                  ablation: Literal["none", "tr", "tr_hn", "cl", "nl", "mae_single"] = "none",
-                 margin: float = 0.2, seed: int = 0) -> None:
+                 margin: float = 0.2, seed: int | None = None) -> None:
         super().__init__(vocab_size=vocab_size, backbone=backbone, optimizer=optimizer, lr_update=lr_update,
                          grad_clip=grad_clip, eval_shard_size=eval_shard_size)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
@@ -72,7 +73,8 @@ class RCL(RetrievalMethod):
         """
         if self._generator is None or self._generator.device != device:
             self._generator = torch.Generator(device=device)
-            self._generator.manual_seed(epoch_seed(self.hparams.seed, self.current_epoch,
+            seed = self.training_seed if self.hparams.seed is None else self.hparams.seed
+            self._generator.manual_seed(epoch_seed(seed, self.current_epoch,
                                                    METHOD_STREAM, self.global_rank))
         return self._generator
 
