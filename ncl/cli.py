@@ -33,7 +33,7 @@ from ncl.callbacks.tracking import WandbRunContent
 from ncl.checkpoint_io import AtomicCheckpointIO
 from ncl.console import configure_console
 from ncl.errors import ConfigError, NclUserError
-from ncl.loggers import NclWandbLogger
+from ncl.loggers import NclWandbLogger, run_labels
 from ncl.methods.base import RetrievalMethod
 from ncl.runs import (
     CHECKPOINTS,
@@ -43,6 +43,7 @@ from ncl.runs import (
     read_checkpoint,
     resolve_checkpoint,
     run_dir_of,
+    WANDB_LOGGERS,
     set_logger,
 )
 
@@ -119,6 +120,7 @@ class NclCLI(LightningCLI):
         trainer_cfg = (self.config[self.subcommand] if self.subcommand else self.config).trainer
         if first_logger(trainer_cfg) in (None, True):
             set_logger(trainer_cfg, default_logger(trainer_cfg))
+        label_wandb_run(self.config[self.subcommand] if self.subcommand else self.config)
         if self.subcommand in ("validate", "test", "predict"):
             # Evaluating a checkpoint never writes checkpoints; its saved folder is irrelevant.
             warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
@@ -185,6 +187,20 @@ def added_callbacks(trainer_config: dict[str, Any], callbacks: Sequence[Callback
     if subcommand == "fit" and not any(isinstance(cb, Figures) for cb in present):
         added.append(Figures())
     return added
+
+
+def label_wandb_run(cfg: Any) -> None:
+    """Fill an NclWandbLogger's ``display_name`` and ``tags`` from the config where the
+    user left them unset (:func:`ncl.loggers.run_labels`)."""
+    for logger in _as_list(_get(cfg.trainer, "logger")):
+        if _get(logger, "class_path") not in WANDB_LOGGERS or _get(logger, "init_args") is None:
+            continue
+        name, tags = run_labels(cfg)
+        args = logger.init_args
+        if _get(args, "display_name") is None:
+            args.display_name = name
+        if _get(args, "tags") is None:
+            args.tags = tags
 
 
 # --------------------------------------------------------------------- helpers of main()

@@ -120,7 +120,11 @@ class NclWandbLogger(WandbLogger):
             first monitored ``ModelCheckpoint`` as the artifact ``model-<run id>`` (type
             ``model``, aliases ``best`` and ``latest``, metadata: monitor, mode, score, file).
             Works offline too: the file is staged locally and uploaded by ``wandb sync``.
-        tags: run tags.
+        tags: run tags (``ncl fit``/``test`` fill them from the config when not given:
+            method, backbone, dataset, noise kind and ratio, seed; :func:`run_labels`).
+        display_name: the run's name in W&B (``ncl`` fills it like the tags, e.g.
+            ``RCL-SGR-coco_precomp-image0.2-s0``); the W&B group is then ``name``, so the
+            seeds and noise ratios of one config sit together. Folders still use ``name``.
         run_dir: continue this existing run folder and its W&B run (set by ``ncl`` on resume).
         resume_epoch: with ``run_dir``: the last epoch the resumed checkpoint holds
             (informational; W&B keeps the run's history).
@@ -129,8 +133,8 @@ class NclWandbLogger(WandbLogger):
     def __init__(self, project: str = "ncl", name: str | None = None, save_dir: str = "runs",
                  mode: Literal["auto", "online", "offline", "disabled"] = "auto",
                  log_model: bool = False, log_best_checkpoint: bool = False,
-                 tags: list[str] | None = None, run_dir: str | None = None,
-                 resume_epoch: int | None = None) -> None:
+                 tags: list[str] | None = None, display_name: str | None = None,
+                 run_dir: str | None = None, resume_epoch: int | None = None) -> None:
         env_mode = os.environ.get("WANDB_MODE")
         if env_mode:
             mode = env_mode  # type: ignore[assignment]
@@ -143,7 +147,10 @@ class NclWandbLogger(WandbLogger):
             folder = Path(run_dir)
         run_id = _run_id(folder)
         extra: dict[str, Any] = {"resume": "allow"} if run_dir is not None else {}
-        super().__init__(project=project, name=name, save_dir=str(folder), log_model=log_model,
+        if display_name is not None and name is not None:
+            extra["group"] = name
+        super().__init__(project=project, name=display_name or name, save_dir=str(folder),
+                         log_model=log_model,
                          offline=mode == "offline", mode=mode, tags=tags, id=run_id, **extra)
         self.resume_epoch = resume_epoch
         self.mode = mode
@@ -242,3 +249,52 @@ def _run_id(folder: Path) -> str:
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, run_id + "\n")
     return run_id
+
+
+def _value(node: Any, *keys: str) -> Any:
+    """``node[k1][k2]...`` through dicts and Namespaces; ``None`` where a key is missing."""
+    for key in keys:
+        if node is None:
+            return None
+        node = node.get(key) if isinstance(node, dict) else getattr(node, key, None)
+    return node
+
+
+def run_labels(cfg: Any) -> tuple[str, list[str]]:
+    """A W&B display name and tags from a resolved ``fit``/``test`` config.
+
+    Args:
+        cfg: the subcommand's config (``model``, ``data``, ``seed_everything``), as dicts or
+            jsonargparse Namespaces.
+
+    Returns:
+        ``(name, tags)``, e.g. ``("RCL-SGR-coco_precomp-image0.2-s0", ["RCL", "SGR",
+        "coco_precomp", "noise:image", "ratio:0.2", "seed:0"])``. Parts the config does not
+        have are left out.
+    """
+    method = str(_value(cfg, "model", "class_path") or "").rsplit(".", 1)[-1]
+    margs = _value(cfg, "model", "init_args")
+    if method == "NCR" and (_value(margs, "momentum_regularization") or _value(margs, "noise_abandon")):
+        method = "LNC"  # LNC is NCR with its regulariser and/or Randomly Noise Abandon
+    backbone_path = str(_value(cfg, "model", "init_args", "backbone", "class_path") or "")
+    backbone = (_value(cfg, "model", "init_args", "backbone", "init_args", "module_name")
+                or backbone_path.rsplit(".", 1)[-1])
+    data = _value(cfg, "data", "init_args")
+    dataset = _value(data, "data_name") or (f"synthetic-{_value(data, 'preset')}"
+                                             if _value(data, "preset") else None)
+    kind, ratio = _value(data, "noise_type"), _value(data, "noise_ratio")
+    seed = _value(cfg, "seed_everything")
+    noisy = kind not in (None, "none") and ratio not in (None, 0, 0.0)
+    real = _value(data, "real_noise")
+    if real is None:  # the DataModule's default: CC152K's noise is real and unlabelled
+        real = str(dataset or "").lower().startswith("cc152k")
+    noise = f"{kind}{ratio:g}" if noisy else "realnoise" if real else "clean"
+    if real and not noisy:
+        kind = "real"
+    parts = [method, str(backbone) if backbone else "", str(dataset or ""), noise,
+             f"s{seed}" if isinstance(seed, int) and not isinstance(seed, bool) else ""]
+    tags = [p for p in parts[:3] if p]
+    tags += [f"noise:{kind if noisy or real else 'none'}", f"ratio:{ratio:g}" if noisy else "ratio:0"]
+    if parts[4]:
+        tags.append(f"seed:{seed}")
+    return "-".join(p for p in parts if p), tags

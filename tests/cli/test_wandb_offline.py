@@ -73,17 +73,19 @@ def read_offline_run(run_folder: Path) -> dict[str, Any]:
     records = wandb_records(next(runs[0].glob("run-*.wandb")))
     config: dict[str, Any] = {}
     history: list[dict[str, Any]] = []
-    artifacts = []
+    artifacts, run = [], None
     for record in records:
         kind = record.WhichOneof("record_type")
-        if kind == "config":
+        if kind == "run":
+            run = record.run
+        elif kind == "config":
             config.update(_items(record.config.update))
         elif kind == "history":
             history.append(_items(record.history.item))
         elif kind == "artifact":
             artifacts.append(record.artifact)
     return {"files": runs[0] / "files", "config": config, "history": history,
-            "artifacts": artifacts}
+            "artifacts": artifacts, "run": run}
 
 
 # ------------------------------------------------------------- the runs
@@ -164,6 +166,18 @@ def test_fit_run_holds_files_provenance_and_scalars(runs: dict[str, Path]) -> No
     assert "best" in models[0].aliases
     meta = json.loads(models[0].metadata)
     assert meta["original_filename"] == best[0].name and meta["score"] == max(rsums)
+    # name and tags from the config (method, backbone, data, noise, seed), grouped by name
+    assert run["run"].display_name == "RCL-SAF-synthetic-tiny-image0.4-s0"
+    assert list(run["run"].tags) == ["RCL", "SAF", "synthetic-tiny", "noise:image", "ratio:0.4", "seed:0"]
+    assert run["run"].run_group == "tiny"
+    # the figures: PNG in the run folder and the same figures as W&B images
+    pngs = sorted(p.name for p in (folder / "figures").glob("*.png"))
+    assert "rsum.png" in pngs
+    images = [row for row in run["history"] if "figures/rsum/filenames" in row]
+    assert len(images) == EPOCHS  # one rsum figure per validation, as files of the run
+    for row in images:
+        (name,) = row["figures/rsum/filenames"]
+        assert (run["files"] / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_test_run_holds_the_results_table(runs: dict[str, Path]) -> None:
