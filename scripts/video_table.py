@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from grid_cells import append_row  # scripts/ is on sys.path when run as a script
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = {
     "triplet_sum": REPO / "configs" / "baseline_triplet_sum_video_synthetic.yaml",
@@ -102,15 +104,6 @@ def val_rsums(root: Path) -> list[float]:
         if value:
             out.append(round(float(value), 1))
     return out
-
-
-def append_row(path: Path, row: dict) -> None:
-    new = not path.exists()
-    with open(path, "a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(row))
-        if new:
-            writer.writeheader()
-        writer.writerow(row)
 
 
 def table(rows: list[dict]) -> str:
