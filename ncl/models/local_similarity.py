@@ -61,7 +61,9 @@ class LocalSimilarity(torch.autograd.Function):
         attn, img_emb, words, weight = ctx.saved_tensors
         context, norm, diff = _attended_difference(attn, img_emb, words)
         denom = norm + NORM_EPS
-        grad_diff = (grad_out @ weight).mul_(diff).mul_(2.0)  # (B, CL, E)
+        # The factor 2 of d(d^2) goes on the small (B, CL, S) side: exact (a power of two)
+        # and one pass less over the (B, CL, E) buffer.
+        grad_diff = (grad_out * 2.0 @ weight).mul_(diff)  # (B, CL, E)
         flat_out = grad_out.reshape(-1, grad_out.shape[-1])  # (B CL, S)
         grad_weight = flat_out.t() @ diff.pow_(2).reshape(-1, diff.shape[-1])
         del diff  # the largest buffers are freed as soon as they are used

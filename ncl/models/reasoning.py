@@ -59,7 +59,22 @@ class GraphReasoning(nn.Module):
         return w_q.t() @ w_k, w_k.t() @ self.graph_query_w.bias
 
 
-def sgr_masked(steps: nn.ModuleList, nodes: Tensor, node_mask: Tensor) -> Tensor:
+FusedStep = tuple[Tensor, Tensor, Tensor]
+
+
+def fused_queries(steps: nn.ModuleList) -> list[FusedStep]:
+    """``(A, beta, b_q . b_k)`` of every step (:meth:`GraphReasoning.fused_query`).
+
+    They depend on the weights only, so the chunked path computes them once per forward
+    and hands them to :func:`sgr_masked` for every chunk (autograd sums the chunks'
+    gradients into one ``D x D`` matrix per step before the one backward product).
+    """
+    return [(*step.fused_query(), step.graph_query_w.bias @ step.graph_key_w.bias)
+            for step in steps]
+
+
+def sgr_masked(steps: nn.ModuleList, nodes: Tensor, node_mask: Tensor,
+               fused: list[FusedStep] | None = None) -> Tensor:
     """Run SGR on padded node sets and return the global node after the last step.
 
     Padded nodes are masked out as keys, so they never influence real nodes; node 0 (the
@@ -71,21 +86,21 @@ def sgr_masked(steps: nn.ModuleList, nodes: Tensor, node_mask: Tensor) -> Tensor
         steps: The ``GraphReasoning`` modules, applied in order.
         nodes: ``(M, N, D)`` nodes, padded.
         node_mask: ``(M, N)`` bool, True at real nodes; column 0 must be True.
+        fused: :func:`fused_queries` of ``steps``, if already computed.
 
     Returns:
         ``(M, D)`` reasoned global node.
     """
     key_mask = torch.zeros(node_mask.shape, dtype=nodes.dtype, device=nodes.device)
     key_mask = key_mask.masked_fill(~node_mask, float("-inf")).unsqueeze(1)  # (M, 1, N)
-    for index, step in enumerate(steps):
-        a_mat, beta = step.fused_query()
-        # b_q . b_k is one of the terms that cancel in the softmax; adding it back costs
-        # nothing and keeps b_k in the graph (a zero gradient, as in the reference), which
-        # DistributedDataParallel needs: it fails on parameters that get no gradient.
-        offset = step.graph_query_w.bias @ step.graph_key_w.bias
+    # b_q . b_k (the offset) is one of the terms that cancel in the softmax; adding it back
+    # costs nothing and keeps b_k in the graph (a zero gradient, as in the reference), which
+    # DistributedDataParallel needs: it fails on parameters that get no gradient.
+    fused = fused_queries(steps) if fused is None else fused
+    for index, (step, (a_mat, beta, offset)) in enumerate(zip(steps, fused, strict=True)):
         queries = nodes[:, :1] if index == len(steps) - 1 else nodes  # (M, Nq, D)
-        fused = torch.addmm(beta, queries.reshape(-1, queries.shape[-1]), a_mat)
-        scores = torch.baddbmm(key_mask + offset, fused.view(queries.shape),
+        projected = torch.addmm(beta, queries.reshape(-1, queries.shape[-1]), a_mat)
+        scores = torch.baddbmm(key_mask + offset, projected.view(queries.shape),
                                nodes.transpose(1, 2))
         edges = scores.softmax(dim=-1)  # (M, Nq, N)
         # In-place ReLU is safe: a Linear's backward needs its input, not its output.

@@ -8,7 +8,9 @@ Two ways to fill the ``(B_img, B_cap)`` score matrix:
   masks for the variable lengths. Exact savings: the SGR head fuses its query and key maps
   and updates only the global node in its last step (:func:`ncl.models.reasoning.sgr_masked`);
   the local similarity vectors recompute their ``(B_img, C L, 1024)`` intermediates in the
-  backward pass instead of storing them (:mod:`ncl.models.local_similarity`). Equal to
+  backward pass instead of storing them (:mod:`ncl.models.local_similarity`); the
+  region-word products of consecutive chunks are one matrix product (up to
+  ``SCORE_BUDGET_BYTES``), not one skinny product per chunk. Equal to
   ``loop`` up to float rounding in eval mode; in train mode only dropout draws differ (SAF's
   BatchNorm statistics are per caption, as in the loop).
 """
@@ -25,7 +27,9 @@ from ncl.models.layers import init_similarity_weights, l2norm
 from ncl.models.local_similarity import local_similarity
 from ncl.models.reasoning import (
     AttentionFiltration,
+    FusedStep,
     GraphReasoning,
+    fused_queries,
     saf_masked,
     sgr_masked,
     update_running_stats,
@@ -36,6 +40,10 @@ SMOOTH = 9.0  # lambda of the SCAN text-to-image attention (spec 3.3)
 LEAKY_SLOPE = 0.1
 
 Strategy = Literal["loop", "chunked"]
+# Largest region-word product computed for a group of chunks at once (float32 bytes): all
+# captions of a 128 x 128 training batch (4,608 x ~1,800, 33 MB) fit; an evaluation shard of
+# 1,000 images gets ~450 words per product. See docs/benchmarks/train_step.md.
+SCORE_BUDGET_BYTES = 64 << 20
 
 
 def scan_attention(words: Tensor, regions: Tensor, smooth: float = SMOOTH) -> Tensor:
@@ -75,10 +83,52 @@ def scan_attention_weights(img_emb: Tensor, words: Tensor, smooth: float = SMOOT
     n_img, n_reg, dim = img_emb.shape
     n_cap, n_words, _ = words.shape
     scores = img_emb.reshape(n_img * n_reg, dim) @ words.reshape(n_cap * n_words, dim).t()
-    scores = scores.view(n_img, n_reg, n_cap, n_words)  # (B_img, R, C, L)
+    return attention_from_scores(scores, n_img, n_cap, smooth)
+
+
+def attention_from_scores(scores: Tensor, n_img: int, n_cap: int,
+                          smooth: float = SMOOTH) -> Tensor:
+    """SCAN weights from raw region-word products (the rest of :func:`scan_attention_weights`).
+
+    Args:
+        scores: ``(B_img R, C L)`` products ``v_r . t_k``, regions image-major, words
+            caption-major (may be a column slice of a larger product).
+        n_img: ``B_img``.
+        n_cap: ``C``.
+        smooth: Softmax inverse temperature (9.0).
+
+    Returns:
+        ``(B_img, C L, R)`` weights, summing to 1 over regions.
+    """
+    n_reg = scores.shape[0] // n_img
+    n_words = scores.shape[1] // n_cap
+    scores = scores.reshape(n_img, n_reg, n_cap, n_words)  # (B_img, R, C, L)
     scores = l2norm(F.leaky_relu(scores, LEAKY_SLOPE), dim=-1)  # over each caption's words
     attn = (scores * smooth).softmax(dim=1)  # over regions
     return attn.view(n_img, n_reg, n_cap * n_words).transpose(1, 2)
+
+
+def score_groups(word_counts: list[int], n_rows: int, budget_bytes: int) -> list[list[int]]:
+    """Consecutive chunks whose region-word products fit ``budget_bytes`` together.
+
+    Args:
+        word_counts: ``C L`` (padded word rows) of every chunk, in order.
+        n_rows: ``B_img R`` rows of the product.
+        budget_bytes: Largest float32 ``(n_rows, sum of words)`` product of one group.
+
+    Returns:
+        Chunk indices grouped in order; every group holds at least one chunk.
+    """
+    groups: list[list[int]] = []
+    width = 0
+    for index, count in enumerate(word_counts):
+        if groups and (width + count) * n_rows * 4 <= budget_bytes:
+            groups[-1].append(index)
+            width += count
+        else:
+            groups.append([index])
+            width = count
+    return groups
 
 
 class EncoderSimilarity(nn.Module):
@@ -170,21 +220,36 @@ class EncoderSimilarity(nn.Module):
         order_dev = torch.tensor(order, device=device)
         sorted_lens = torch.tensor([lens[j] for j in order], device=device)
         img_glo = self.v_global_w(img_emb)  # (B_img, E)
-        blocks, means, variances = [], [], []
+        chunks = []  # (C, L) word mask and (C, L, E) words of each chunk
         for start in range(0, len(order), chunk_size):
             n_words = lens[order[start]]  # longest in the chunk
             word_mask = (torch.arange(n_words, device=device)
                          < sorted_lens[start:start + chunk_size, None])  # (C, L)
             # Zero anything beyond a caption's length: the loop never reads it.
             words = cap_emb[order_dev[start:start + chunk_size], :n_words]
-            words = words.masked_fill(~word_mask.unsqueeze(-1), 0.0)  # (C, L, E)
-            cap_glo = self.t_global_w(words, word_mask)  # (C, E)
-            logits, mean, var = self._chunk_logits(img_emb, img_glo, words, cap_glo,
-                                                   word_mask)
-            blocks.append(logits)
-            if mean is not None:
-                means.append(mean)
-                variances.append(var)
+            chunks.append((word_mask, words.masked_fill(~word_mask.unsqueeze(-1), 0.0)))
+        blocks, means, variances = [], [], []
+        # SGR's fused query matrices depend on the weights only: once per forward, not per
+        # chunk (64 chunks x 3 steps of 256 x 256 x 256 products in a 128 x 128 batch).
+        fused = fused_queries(self.SGR_module) if self.module_name == "SGR" else None
+        for group in score_groups([w.shape[0] * w.shape[1] for _, w in chunks],
+                                  img_emb.shape[0] * img_emb.shape[1], SCORE_BUDGET_BYTES):
+            # One region-word product for a group of chunks instead of one per chunk: a
+            # chunk alone gives it (and its backward) only C L ~ 28 columns, a shape matrix
+            # libraries run several times below peak; split() hands each chunk a view, and
+            # its backward assembles the chunks' gradients once.
+            flat = [chunks[i][1].flatten(0, 1) for i in group]
+            scores = img_emb.flatten(0, 1) @ torch.cat(flat).t()  # (B_img R, group words)
+            for i, chunk_scores in zip(group, scores.split([f.shape[0] for f in flat], dim=1)):
+                word_mask, words = chunks[i]
+                cap_glo = self.t_global_w(words, word_mask)  # (C, E)
+                attn = attention_from_scores(chunk_scores, img_emb.shape[0], words.shape[0])
+                logits, mean, var = self._chunk_logits(img_emb, img_glo, words, cap_glo,
+                                                       word_mask, attn, fused)
+                blocks.append(logits)
+                if mean is not None:
+                    means.append(mean)
+                    variances.append(var)
         inverse = torch.argsort(order_dev)  # column of each caption in the sorted blocks
         if means:  # SAF in train mode: running statistics updated in the loop's order
             update_running_stats(self.SAF_module.bn, torch.cat(means)[inverse],
@@ -192,7 +257,8 @@ class EncoderSimilarity(nn.Module):
         return torch.cat(blocks, dim=1)[:, inverse]
 
     def _chunk_logits(self, img_emb: Tensor, img_glo: Tensor, words: Tensor, cap_glo: Tensor,
-                      word_mask: Tensor) -> tuple[Tensor, Tensor | None, Tensor | None]:
+                      word_mask: Tensor, attn: Tensor, fused: list[FusedStep] | None = None
+                      ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Scores of ``C`` captions against all images.
 
         Args:
@@ -201,6 +267,9 @@ class EncoderSimilarity(nn.Module):
             words: ``(C, L, E)``, zero beyond each caption's length.
             cap_glo: ``(C, E)``.
             word_mask: ``(C, L)`` bool.
+            attn: ``(B_img, C L, R)`` SCAN weights of the chunk's words
+                (:func:`scan_attention_weights`).
+            fused: SGR's :func:`~ncl.models.reasoning.fused_queries` (computed here if None).
 
         Returns:
             ``(B_img, C)`` logits, and SAF's per-caption batch statistics (or None).
@@ -208,7 +277,6 @@ class EncoderSimilarity(nn.Module):
         n_img = img_emb.shape[0]
         n_cap, n_words, dim = words.shape
         flat_words = words.reshape(n_cap * n_words, dim)  # (C L, E)
-        attn = scan_attention_weights(img_emb, words)  # (B_img, C L, R)
         glo = (img_glo.unsqueeze(1) - cap_glo.unsqueeze(0)).pow(2)  # (B_img, C, E)
         glo = l2norm(self.sim_tranglo_w(glo), dim=-1)  # (B_img, C, S)
         loc = local_similarity(attn, img_emb, flat_words, self.sim_tranloc_w.weight,
@@ -220,7 +288,7 @@ class EncoderSimilarity(nn.Module):
         mean = var = None
         if self.module_name == "SGR":
             flat_mask = node_mask.unsqueeze(0).expand(n_img, -1, -1).reshape(n_img * n_cap, -1)
-            vec = sgr_masked(self.SGR_module, nodes.flatten(0, 1), flat_mask)
+            vec = sgr_masked(self.SGR_module, nodes.flatten(0, 1), flat_mask, fused)
             vec = vec.view(n_img, n_cap, -1)
         else:
             vec, mean, var = saf_masked(self.SAF_module, nodes, node_mask)
