@@ -32,7 +32,7 @@ from ncl.callbacks.figures import Figures
 from ncl.callbacks.tracking import WandbRunContent
 from ncl.checkpoint_io import AtomicCheckpointIO
 from ncl.console import configure_console
-from ncl.errors import ConfigError, NclUserError
+from ncl.errors import ConfigError, NclUserError, NclWarning
 from ncl.loggers import NclWandbLogger, run_labels
 from ncl.methods.base import RetrievalMethod
 from ncl.runs import (
@@ -111,7 +111,11 @@ class NclCLI(LightningCLI):
             if path is not None:
                 epoch = int(read_checkpoint(path).get("epoch", 0))
                 self._resume = (path, epoch) if subcommand == "fit" else None
+        before = _flat(cfg.get("model")) if cfg is not None else {}
         super()._parse_ckpt_path()
+        if cfg is not None and cfg.get("ckpt_path"):
+            warn_replaced_model_options(before, _flat(self.config[subcommand].get("model")),
+                                        cfg.ckpt_path)
 
     def before_instantiate_classes(self) -> None:
         """Make the default logger explicit and, when resuming, point the loggers back at
@@ -187,6 +191,37 @@ def added_callbacks(trainer_config: dict[str, Any], callbacks: Sequence[Callback
     if subcommand == "fit" and not any(isinstance(cb, Figures) for cb in present):
         added.append(Figures())
     return added
+
+
+def _flat(node: Any, prefix: str = "model") -> dict[str, Any]:
+    """A config node as ``{"model.init_args.x": value}`` (Namespaces and dicts alike)."""
+    if node is None:
+        return {}
+    items = node.items() if isinstance(node, dict) else vars(node).items()
+    out: dict[str, Any] = {}
+    for key, value in items:
+        if isinstance(value, dict) or type(value).__name__ == "Namespace":
+            out.update(_flat(value, f"{prefix}.{key}"))
+        else:
+            out[f"{prefix}.{key}"] = value
+    return out
+
+
+def warn_replaced_model_options(before: dict[str, Any], after: dict[str, Any],
+                                ckpt_path: str) -> None:
+    """One warning naming every model option whose value the checkpoint replaced.
+
+    LightningCLI re-applies the hyperparameters stored in ``--ckpt_path`` over the config
+    and the command line (so a resumed run keeps the model it was started with); an option
+    the user set to another value is therefore silently ignored without this.
+    """
+    # An unset (None) value is not the user's choice: vocab_size, for one, is linked from
+    # the data only after parsing, and the checkpoint fills it in.
+    changed = [f"{key} {before[key]!r} -> {after[key]!r}" for key in sorted(before)
+               if before[key] is not None and key in after and before[key] != after[key]]
+    if changed:
+        warnings.warn(f"{ckpt_path}: the model options stored in the checkpoint replace the "
+                      f"config's: {'; '.join(changed)}", NclWarning, stacklevel=2)
 
 
 def label_wandb_run(cfg: Any) -> None:

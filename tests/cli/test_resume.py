@@ -98,6 +98,23 @@ def test_test_best_of_newest_run(tmp_path: Path, synthetic_cache: Path) -> None:
     assert list(tmp_path.rglob("test_results.json"))
 
 
+def test_options_replaced_by_the_checkpoint_are_named(tmp_path: Path, synthetic_cache: Path,
+                                                      capfd: pytest.CaptureFixture[str]) -> None:
+    """LightningCLI re-applies a checkpoint's hyperparameters over the command line: an
+    override it replaces is named in one warning line, and no warning without one."""
+    config = write_config(tmp_path, synthetic_cache, METHODS["rcl"])
+    main(["fit", "--config", str(config), "--trainer.max_epochs=1"])
+    capfd.readouterr()
+    main(["test", "--config", str(config), "--ckpt_path", "best"])
+    assert "replace the config's" not in capfd.readouterr().err
+    main(["fit", "--config", str(config), "--ckpt_path", "last", "--trainer.max_epochs=2"])
+    assert "replace the config's" not in capfd.readouterr().err  # a plain resume: silent
+    main(["test", "--config", str(config), "--ckpt_path", "best", "--model.init_args.tau=0.3"])
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if "replace the config's" in line]
+    assert len(lines) == 1 and "model.init_args.tau 0.3 -> 0.05" in lines[0], err[-2000:]
+
+
 def test_runs_root_and_newest_checkpoint(tmp_path: Path) -> None:
     trainer = {"default_root_dir": str(tmp_path),
                "logger": {"class_path": "ncl.loggers.NclWandbLogger",
