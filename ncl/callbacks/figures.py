@@ -203,7 +203,7 @@ class Figures(L.Callback):
             return
         self._drawn.add(("loss_gmm", division.epoch))
         epoch, seed = division.epoch, _hparam(pl_module, "gmm_seed", 0)
-        method = type(pl_module).__name__
+        method = method_label(pl_module)
         if isinstance(division, Division):
             names = list(getattr(pl_module, "network_names", ()))[: division.losses.shape[0]]
             truth = ground_truth(trainer, division.losses.shape[1])
@@ -248,7 +248,7 @@ class Figures(L.Callback):
         epoch = trainer.current_epoch
         panels = _label_panels(trainer, pl_module, division, epoch)
         if panels:
-            title = f"{type(pl_module).__name__}, epoch {epoch}: per-sample labels"
+            title = f"{method_label(pl_module)}, epoch {epoch}: per-sample labels"
             self._write(trainer, "labels", epoch, lambda: label_histogram_figure(panels, title))
 
     # ------------------------------------------------------------------ writing
@@ -265,6 +265,16 @@ class Figures(L.Callback):
                 logger.log_image(key=f"{FIGURES}/{kind}", images=[str(path)],
                                  step=trainer.global_step)
         return path
+
+
+def method_label(pl_module: L.LightningModule) -> str:
+    """The method's name for a figure title: the class name, and ``LNC`` for NCR with LNC's
+    momentum regulariser or Randomly Noise Abandon (one class implements both papers)."""
+    name = type(pl_module).__name__
+    if name == "NCR" and (_hparam(pl_module, "momentum_regularization", False)
+                          or _hparam(pl_module, "noise_abandon", False)):
+        return "LNC"
+    return name
 
 
 def _hparam(pl_module: L.LightningModule, name: str, default: Any) -> Any:

@@ -263,3 +263,18 @@ def test_ncr_run_writes_its_figures(tmp_path: Path, synthetic_cache: Path) -> No
         assert {e: s["f1"] for e, s in state["detection"][net].items()} == pytest.approx(logged)
     with open(folder / "metrics.csv") as handle:  # nothing else was added to the metrics
         assert not any(k.startswith("figures") for k in csv.DictReader(handle).fieldnames or [])
+
+
+def test_method_label_names_lnc() -> None:
+    from types import SimpleNamespace
+
+    from ncl.callbacks.figures import method_label
+
+    class NCR:  # only the class name and the hparams are read
+        def __init__(self, **hparams) -> None:
+            self.hparams = dict(hparams)
+
+    assert method_label(NCR()) == "NCR"
+    assert method_label(NCR(momentum_regularization=True)) == "LNC"
+    assert method_label(NCR(noise_abandon=True)) == "LNC"
+    assert method_label(SimpleNamespace(hparams={})) == "SimpleNamespace"
