@@ -97,9 +97,14 @@ SMALL_BATCH = 16
 #: and collapsed, as the issue-15 measurement predicts for switches below about 400-455.
 SMALL_WARMUP = 3
 SMALL_EPOCHS = 8
-#: CRCL: two pieces of 4 epochs, labels frozen for the first 2 of each (the 14-epoch benchmark's
-#: [5, 5, 4] / 3 scaled to 8 epochs; not tuned).
-SMALL_CRCL = ["--model.pieces=[4, 4]", "--model.freeze_epochs=2"]
+#: CRCL: one piece of 8 epochs, labels frozen for the first 3 (the same 939 steps as every other
+#: method's warm-up). The first grid (seed 0) ran two pieces of 4 epochs with 2 frozen: the
+#: labels were written from a model at validation rSum 118 (4,320 of 5,000 clean labels zeroed
+#: at 0 %) and the second piece, restarted from scratch, ended near where the first had got to
+#: (clean: 457 at epoch 3, 445 at epoch 7); docs/results.md, "Reproduction grid".
+SMALL_CRCL = ["--model.pieces=[8]", "--model.freeze_epochs=3"]
+#: LNC as configs/lnc_*.yaml read its paper: P of Eq. 9 (linear) and Alg. 1's w >= 0.5.
+SMALL_LNC = ["--model.prediction_form=linear", "--model.clean_rule=greater_equal"]
 #: Tiny: the ``tiny`` synthetic preset (6 regions x 16 dims) and a backbone to match.
 TINY_DATA = ["--data.preset=tiny", "--data.n_train=60", "--data.batch_size=16",
              "--model.backbone.init_args.img_dim=16", "--model.backbone.init_args.num_regions=6",
@@ -175,7 +180,8 @@ PRESETS: dict[str, Preset] = {
     "synthetic-small": Preset(
         "synthetic-small", rows=_ALL_SYNTHETIC, noise_types=NOISE_KINDS, noises=(0.0, 0.2, 0.5, 0.8),
         seeds=(0, 1, 2), epochs=SMALL_EPOCHS, overrides=(f"--data.batch_size={SMALL_BATCH}",),
-        method_overrides={**_warmup(SMALL_WARMUP), "crcl": tuple(SMALL_CRCL)}),
+        method_overrides={**_warmup(SMALL_WARMUP), "crcl": tuple(SMALL_CRCL),
+                          "lnc": (*_warmup(SMALL_WARMUP)["lnc"], *SMALL_LNC)}),
     "paper": Preset(
         "paper", rows=(("triplet", "sgr"), ("triplet", "saf"), ("triplet_warmup", "sgr"),
                        ("triplet_sum", "sgr"), ("infonce", "sgr"), ("ncr", "sgr"), ("lnc", "sgr"),
@@ -428,6 +434,28 @@ def recall_table(records: list[dict[str, Any]], kind: str, labels: list[str], no
     return "\n".join(lines)
 
 
+def rsum_summary(records: list[dict[str, Any]], kinds: list[str], labels: list[str],
+                 noises: list[float]) -> str:
+    """Rows = method, columns = (kind, ratio): test rSum ``mean ± std [min, max]`` over seeds.
+
+    The compact view of the recall tables (ratio 0 once, shared by the kinds)."""
+    columns = [(CLEAN, 0.0)] if 0.0 in noises else []
+    columns += [(kind, n) for kind in kinds for n in noises if n > 0]
+    head = ["method"] + ["clean" if k == CLEAN else f"{k} {round(100 * n)} %" for k, n in columns]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label in labels:
+        row = [label]
+        for kind, n in columns:
+            values = [r["test"]["rsum"] for r in records
+                      if r["label"] == label and r["noise"] == n and r["noise_type"] == kind]
+            text = mean_std(values)
+            if len(values) > 1:
+                text += f" [{min(values):.1f}, {max(values):.1f}]"
+            row.append(text)
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def detection_table(records: list[dict[str, Any]], kind: str, labels: list[str], noises: list[float]) -> str:
     """LNC Table 7 layout: rows = (method, stage), column groups = noise ratio with precision,
     recall and F1 of the detected noisy pairs, ``mean ± std`` over seeds."""
@@ -529,6 +557,8 @@ def write_outputs(out: Path, records: list[dict[str, Any]], cells: list[Cell], k
     parts = [f"# Reproduction grid\n\nCommand: `{command}`  \nWritten: "
              f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} on {platform.node()} "
              f"({os.cpu_count()} CPUs); {len(records)} of {len(cells)} cells finished.\n"]
+    parts.append("## Test rSum, mean ± std [min, max] over seeds\n\n"
+                 f"{rsum_summary(records, kinds, labels, noises)}\n")
     for kind in kinds:
         name = "caption shuffling (NCR)" if kind == "caption" else "image-level permutation (RCL)"
         parts.append(f"## Retrieval, {name}\n\n{recall_table(records, kind, labels, noises)}\n")

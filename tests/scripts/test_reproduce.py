@@ -95,6 +95,20 @@ def test_grid_shares_the_clean_cell_between_noise_kinds() -> None:
     assert cells[0].label == "NCR-SGR" and reproduce.Cell("triplet_warmup", "SGR", "image", 0.2, 0).label.startswith("SGR*")
 
 
+def test_rsum_summary_gives_mean_std_and_range_per_kind_and_ratio() -> None:
+    def rec(label: str, kind: str, noise: float, rsum: float) -> dict:
+        return {"label": label, "noise_type": kind, "noise": noise, "test": {"rsum": rsum}}
+
+    records = [rec("A", "clean", 0.0, 500.0), rec("A", "clean", 0.0, 510.0), rec("A", "caption", 0.2, 400.0),
+               rec("A", "image", 0.2, 300.0), rec("A", "image", 0.2, 310.0), rec("A", "image", 0.2, 320.0)]
+    table = reproduce.rsum_summary(records, ["caption", "image"], ["A", "B"], [0.0, 0.2])
+    head, _, row_a, row_b = table.splitlines()
+    assert head == "| method | clean | caption 20 % | image 20 % |"
+    # sample std of (500, 510) = 7.07; of (300, 310, 320) = 10; one value: no spread
+    assert row_a == "| A | 505.0 ± 7.1 [500.0, 510.0] | 400.0 | 310.0 ± 10.0 [300.0, 320.0] |"
+    assert row_b == "| B | - | - | - |"
+
+
 def test_recon_detection_counts_its_noisy_set() -> None:
     # 100 truly noisy pairs: 10 in D_c, 20 in D_l, 70 in D_n (of 80 pairs): P 70/80, R 70/100.
     row = {"epoch": "3", "division/noisy": "80", "division/clean_true_noisy": "10",
