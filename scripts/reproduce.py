@@ -66,7 +66,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # grid_cells, also when imported
 from grid_cells import (BENCH, METHODS, QUICKSTART, REPO, CellError, cell_env,  # noqa: E402
-                        FitTest, cli_command, fit_then_test)
+                        FitTest, cli_command, fit_then_test, newest, read_metrics)
 
 sys.path.insert(0, str(REPO))
 from ncl.io import atomic_write, atomic_write_text  # noqa: E402
@@ -292,7 +292,13 @@ def detection_of_row(row: dict[str, str], kind: str) -> dict[str, float] | None:
     if not row.get("division/noisy_true_noisy"):
         return None
     counts = {k: float(row[f"division/{k}_true_noisy"]) for k in ("clean", "local", "noisy")}
-    return _prf(counts["noisy"], float(row["division/noisy"]), sum(counts.values()))
+    found = _prf(counts["noisy"], float(row["division/noisy"]), sum(counts.values()))
+    # ReCon's claim (Sect. 3.3): the intra-modal check moves noisy pairs out of the rough-clean
+    # set D_c + D_l into D_l, so D_c is purer than D_c + D_l (fractions of truly noisy pairs).
+    clean, local = float(row.get("division/clean") or 0), float(row.get("division/local") or 0)
+    found["clean_noisy"] = counts["clean"] / clean if clean else 0.0
+    found["rough_clean_noisy"] = (counts["clean"] + counts["local"]) / (clean + local) if clean + local else 0.0
+    return found
 
 
 def detection(metrics: list[dict[str, str]], kind: str, warmup: int) -> dict[str, dict[str, float]]:
@@ -477,6 +483,42 @@ def detection_table(records: list[dict[str, Any]], kind: str, labels: list[str],
     return "\n".join(lines)
 
 
+def purity_table(records: list[dict[str, Any]], kinds: list[str], labels: list[str],
+                 noises: list[float]) -> str:
+    """ReCon's intra-modal check: truly noisy pairs (%) in the rough-clean set ``D_c + D_l``
+    (what the inter-modal GMM keeps) and in ``D_c`` (what survives the check), after warm-up
+    and at the end, ``mean ± std`` over seeds; rows = (method, kind, ratio)."""
+    head = ["method", "noise", "after warm-up: D_c + D_l", "D_c", "end: D_c + D_l", "D_c"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label in labels:
+        for kind in kinds:
+            for n in (n for n in noises if n > 0):
+                group = [r["detection"] for r in records if r["label"] == label and r["noise"] == n
+                         and r["noise_type"] == kind and "clean_noisy" in (r.get("detection") or {}).get("end", {})]
+                if not group:
+                    continue
+                row = [label, f"{kind} {round(100 * n)} %"]
+                for stage in ("after_warmup", "end"):
+                    row += [mean_std([100 * d[stage][m] for d in group if stage in d])
+                            for m in ("rough_clean_noisy", "clean_noisy")]
+                lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def backfill_detection(out: Path, records: list[dict[str, Any]]) -> None:
+    """Recompute the detection of ReCon records written before the purity fields existed, from
+    the run's ``metrics.csv`` when it is still under ``out/runs`` (records are not rewritten)."""
+    for r in records:
+        if DIVIDERS.get(r["method"]) != "three-way" or "clean_noisy" in (r.get("detection") or {}).get("end", {}):
+            continue
+        try:  # the fit's folder (``ncl test`` logs into a version folder of its own)
+            fit_folder = newest(out / "runs" / r["id"], r["best_ckpt"]).parent.parent
+            metrics = read_metrics(fit_folder)
+        except (FileNotFoundError, OSError):
+            continue
+        r["detection"] = detection(metrics, "three-way", _hparam(fit_folder, "warmup_epochs") or 0)
+
+
 NOTES = """Notes:
 
 - Test split, protocol `{protocol}`; the row of a two-network method (NCR, LNC) is the A+B
@@ -551,6 +593,7 @@ def plot(records: list[dict[str, Any]], kinds: list[str], labels: list[str], pat
 def write_outputs(out: Path, records: list[dict[str, Any]], cells: list[Cell], kinds: list[str],
                   command: str) -> None:
     """``results.md``, ``cells.csv`` and ``rsum_vs_noise.png`` from the finished records."""
+    backfill_detection(out, records)
     labels = list(dict.fromkeys(c.label for c in cells))
     noises = sorted({c.noise for c in cells})
     protocol = records[0]["protocol"] if records else "1k"
@@ -566,6 +609,10 @@ def write_outputs(out: Path, records: list[dict[str, Any]], cells: list[Cell], k
         table = detection_table(records, kind, labels, noises)
         if table.count("\n") > 1:
             parts.append(f"## Noise detection (%), {kind} noise\n\n{table}\n")
+    purity = purity_table(records, kinds, labels, noises)
+    if purity.count("\n") > 1:
+        parts.append("## ReCon's intra-modal check: truly noisy pairs (%) in the clean set\n\n"
+                     f"{purity}\n")
     parts.append(NOTES.format(protocol=protocol))
     seconds = [r["wall_seconds"] for r in records]
     cpu = [r.get("cpu_seconds", 0.0) for r in records]

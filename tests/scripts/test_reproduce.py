@@ -116,6 +116,13 @@ def test_recon_detection_counts_its_noisy_set() -> None:
     got = reproduce.detection_of_row(row, "three-way")
     assert got["precision"] == pytest.approx(0.875) and got["recall"] == pytest.approx(0.7)
     assert got["f1"] == pytest.approx(2 * 0.875 * 0.7 / 1.575)
+    # clean-set purity: 10 noisy of D_c's 400, 30 of D_c + D_l's 400 + 100
+    got = reproduce.detection_of_row({**row, "division/clean": "400", "division/local": "100"}, "three-way")
+    assert got["clean_noisy"] == pytest.approx(0.025) and got["rough_clean_noisy"] == pytest.approx(0.06)
+    table = reproduce.purity_table([{"label": "R", "noise": 0.2, "noise_type": "image",
+                                     "detection": {"after_warmup": got, "end": got}}],
+                                   ["caption", "image"], ["R"], [0.0, 0.2])
+    assert table.splitlines()[-1] == "| R | image 20 % | 6.0 | 2.5 | 6.0 | 2.5 |"
     nets = {"epoch": "1", "division/A/precision": "0.5", "division/A/recall": "1", "division/A/f1": "0.6",
             "division/B/precision": "0.7", "division/B/recall": "0", "division/B/f1": "0.2"}
     assert reproduce.detection_of_row(nets, "co-divide") == pytest.approx(
