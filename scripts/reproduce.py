@@ -28,7 +28,7 @@ Presets (``--preset``; ``--methods``/``--backbones``/``--noise``/``--noise-types
 * ``synthetic-small`` - every implemented method on the quickstart data (1,000 images x 5
   captions), both kinds, 0/20/50/80 %, seeds 0-2, 8 epochs of batch 16 (313 steps an epoch),
   3 warm-up epochs; about 5 hours on an idle 2-core CPU with ``--jobs 2`` (docs/results.md,
-  "Reproduction grid", has the measurements the warm-up and the estimate come from).
+  "The reproduction tool", has the measurements the warm-up and the estimate come from).
 * ``paper`` - the official datasets with the method configs in ``configs/`` (e.g.
   ``configs/ncr_sgr_f30k.yaml``; ``--dataset f30k|coco``), their own schedules; needs the
   official features under ``--data-root``. Check the command lines with ``--dry-run``.
@@ -88,7 +88,7 @@ LABELS: dict[str, str] = {
 DIVIDERS = {"ncr": "co-divide", "lnc": "co-divide", "crcl": "labels", "recon": "three-way",
             "recon_no_im": "three-way"}
 
-# --- synthetic-small: measured choices (docs/results.md, "Reproduction grid") -----------------
+# --- synthetic-small: measured choices (docs/results.md, "The reproduction tool") -----------------
 #: Batch 16: 313 steps an epoch at about the cost of batch 64's 79 (SGR scores B x B pairs).
 SMALL_BATCH = 16
 #: Summed (SGR*) / mean-hinge (NCR, LNC) / triplet (ReCon) warm-up epochs: 939 steps. Measured
@@ -101,7 +101,7 @@ SMALL_EPOCHS = 8
 #: method's warm-up). The first grid (seed 0) ran two pieces of 4 epochs with 2 frozen: the
 #: labels were written from a model at validation rSum 118 (4,320 of 5,000 clean labels zeroed
 #: at 0 %) and the second piece, restarted from scratch, ended near where the first had got to
-#: (clean: 457 at epoch 3, 445 at epoch 7); docs/results.md, "Reproduction grid".
+#: (clean: 457 at epoch 3, 445 at epoch 7); docs/results.md, "Multi-seed reproduction".
 SMALL_CRCL = ["--model.pieces=[8]", "--model.freeze_epochs=3"]
 #: LNC as configs/lnc_*.yaml read its paper: P of Eq. 9 (linear) and Alg. 1's w >= 0.5.
 SMALL_LNC = ["--model.prediction_form=linear", "--model.clean_rule=greater_equal"]
@@ -527,7 +527,7 @@ NOTES = """Notes:
 - Warm-ups differ: NCR and LNC warm up with the mean hinge over negatives, ncl's SGR* / SAF*
   baseline with summed negatives, ReCon with the summed triplet (its Eq. 12); all then switch to
   hardest negatives. Whether SGR survives that switch depends on how far the warm-up got
-  (docs/results.md, "Reproduction grid").
+  (docs/results.md, "SGR and hardest negatives").
 - Detection (positives = truly mismatched pairs): NCR / LNC, the pairs a network's GMM calls
   noisy, averaged over networks A and B; CRCL, the pairs whose corrected label is below 0.5;
   ReCon, its noisy set D_n. "After warm-up": the first division at an epoch >= the warm-up
