@@ -85,6 +85,8 @@ LABELS: dict[str, str] = {
     "clean": "{}-C (clean only)", "clean_sum": "{}-C summed (clean only)",
 }
 #: Methods that divide the data, and where their noise detection is logged.
+#: Version of the detection record (2: CRCL's zeroed labels, ReCon's clean-set purity).
+DETECTION_VERSION = 2
 DIVIDERS = {"ncr": "co-divide", "lnc": "co-divide", "crcl": "labels", "recon": "three-way",
             "recon_no_im": "three-way"}
 
@@ -275,7 +277,8 @@ def detection_of_row(row: dict[str, str], kind: str) -> dict[str, float] | None:
     """Noise-detection precision / recall / F1 (positives: the noisy pairs) of one metrics row.
 
     * co-divide (NCR, LNC): ``division/<net>/{precision,recall,f1}``, averaged over networks.
-    * labels (CRCL): ``labels/noisy_{precision,recall,f1}`` (label below 0.5 = noisy).
+    * labels (CRCL): the labels Eq. 12 zeroes, from ``labels/{all,noisy}/zero`` and
+      ``labels/noisy/count`` (older runs: ``labels/noisy_*``, label below 0.5).
     * three-way (ReCon): ``D_n`` as the detected noisy set, from ``division/noisy`` and the
       ``division/{clean,local,noisy}_true_noisy`` counts.
     Returns ``None`` when the row has no such values.
@@ -286,6 +289,12 @@ def detection_of_row(row: dict[str, str], kind: str) -> dict[str, float] | None:
             return None
         return {m: statistics.mean(float(row[f"division/{n}/{m}"]) for n in nets) for m in DETECTION}
     if kind == "labels":
+        if row.get("labels/all/zero") and row.get("labels/noisy/zero") and row.get("labels/noisy/count"):
+            # CRCL's own notion of noise: the labels Eq. 12 zeroes (y < threshold 0.1). Its soft
+            # labels of clean pairs stay well below 0.5 here (mean 0.07-0.41 at 20 % noise),
+            # so "label below 0.5" would call almost every pair noisy.
+            return _prf(float(row["labels/noisy/zero"]), float(row["labels/all/zero"]),
+                        float(row["labels/noisy/count"]))
         if not row.get("labels/noisy_f1"):
             return None
         return {m: float(row[f"labels/noisy_{m}"]) for m in DETECTION}
@@ -329,6 +338,7 @@ def summarise(cell: Cell, done: FitTest, slot: str, started: float) -> dict[str,
         kind = DIVIDERS[cell.method]
         name = "freeze_epochs" if kind == "labels" else "warmup_epochs"
         record["detection"] = detection(done.metrics, kind, _hparam(done.best.parent.parent, name) or 0)
+        record["detection_version"] = DETECTION_VERSION
     return record
 
 
@@ -506,17 +516,20 @@ def purity_table(records: list[dict[str, Any]], kinds: list[str], labels: list[s
 
 
 def backfill_detection(out: Path, records: list[dict[str, Any]]) -> None:
-    """Recompute the detection of ReCon records written before the purity fields existed, from
-    the run's ``metrics.csv`` when it is still under ``out/runs`` (records are not rewritten)."""
+    """Recompute the detection of records written by an older version of :func:`detection_of_row`
+    (ReCon before the purity fields, CRCL before the zeroed-label rule) from the run's
+    ``metrics.csv`` when it is still under ``out/runs`` (the records on disk are not rewritten)."""
     for r in records:
-        if DIVIDERS.get(r["method"]) != "three-way" or "clean_noisy" in (r.get("detection") or {}).get("end", {}):
+        kind = DIVIDERS.get(r["method"])
+        if kind not in ("three-way", "labels") or r.get("detection_version") == DETECTION_VERSION:
             continue
         try:  # the fit's folder (``ncl test`` logs into a version folder of its own)
             fit_folder = newest(out / "runs" / r["id"], r["best_ckpt"]).parent.parent
             metrics = read_metrics(fit_folder)
         except (FileNotFoundError, OSError):
             continue
-        r["detection"] = detection(metrics, "three-way", _hparam(fit_folder, "warmup_epochs") or 0)
+        name = "freeze_epochs" if kind == "labels" else "warmup_epochs"
+        r["detection"] = detection(metrics, kind, _hparam(fit_folder, name) or 0)
 
 
 NOTES = """Notes:
@@ -529,9 +542,12 @@ NOTES = """Notes:
   hardest negatives. Whether SGR survives that switch depends on how far the warm-up got
   (docs/results.md, "SGR and hardest negatives").
 - Detection (positives = truly mismatched pairs): NCR / LNC, the pairs a network's GMM calls
-  noisy, averaged over networks A and B; CRCL, the pairs whose corrected label is below 0.5;
+  noisy, averaged over networks A and B; CRCL, the pairs whose label Eq. 12 zeroes (y < 0.1);
   ReCon, its noisy set D_n. "After warm-up": the first division at an epoch >= the warm-up
   (CRCL: >= its frozen epochs); "end": the last epoch's.
+- A division that calls every pair noisy scores P = the noise ratio r, R = 100 and
+  F1 = 2r / (1 + r): 33.3, 66.7 and 88.9 at 20, 50 and 80 %. Detection values near these
+  (R about 100) mean the division collapsed, not that it detects well.
 """
 
 

@@ -127,6 +127,13 @@ def test_recon_detection_counts_its_noisy_set() -> None:
             "division/B/precision": "0.7", "division/B/recall": "0", "division/B/f1": "0.2"}
     assert reproduce.detection_of_row(nets, "co-divide") == pytest.approx(
         {"precision": 0.6, "recall": 0.5, "f1": 0.4})
+    # CRCL: the zeroed labels (865 of the 1,033 zeroed are truly noisy; 996 noisy pairs)
+    crcl = {"epoch": "7", "labels/all/zero": "1033", "labels/noisy/zero": "865", "labels/noisy/count": "996",
+            "labels/noisy_precision": "0.27", "labels/noisy_recall": "0.99", "labels/noisy_f1": "0.43"}
+    got = reproduce.detection_of_row(crcl, "labels")
+    assert got["precision"] == pytest.approx(865 / 1033) and got["recall"] == pytest.approx(865 / 996)
+    old_run = {k: v for k, v in crcl.items() if "/zero" not in k and "/count" not in k}
+    assert reproduce.detection_of_row(old_run, "labels")["f1"] == pytest.approx(0.43)
     # the first division at or after the warm-up, and the last
     rows = [{**nets, "epoch": "0"}, {**nets, "epoch": "2", "division/A/f1": "1.0"}, {"epoch": "3"}]
     got = reproduce.detection(rows, "co-divide", warmup=1)
