@@ -27,7 +27,7 @@ Presets (``--preset``; ``--methods``/``--backbones``/``--noise``/``--noise-types
   the ``tiny`` synthetic data (60 images).
 * ``synthetic-small`` - every implemented method on the quickstart data (1,000 images x 5
   captions), both kinds, 0/20/50/80 %, seeds 0-2, 8 epochs of batch 16 (313 steps an epoch),
-  3 warm-up epochs; about 5 hours on an idle 2-core CPU with ``--jobs 2`` (docs/results.md,
+  3 warm-up epochs; about 4 hours (7.7 h of CPU, measured) on an idle 2-core CPU with ``--jobs 2`` (docs/results.md,
   "The reproduction tool", has the measurements the warm-up and the estimate come from).
 * ``paper`` - the official datasets with the method configs in ``configs/`` (e.g.
   ``configs/ncr_sgr_f30k.yaml``; ``--dataset f30k|coco``), their own schedules; needs the
