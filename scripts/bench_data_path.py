@@ -26,13 +26,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchlib import load_average, parse_or_run_worker, print_header, run_worker_child, threads_env
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,11 +47,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cold", action="store_true", help="drop the file's page cache first")
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
-
-
-def uptime() -> str:
-    """The load averages, as ``uptime`` prints them."""
-    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def drop_file_cache(path: Path) -> None:
@@ -109,43 +101,34 @@ def run_worker(args: argparse.Namespace) -> None:
         waits.append(got - start)
         steps.append(time.perf_counter() - got)
     print(json.dumps({"first_wait_s": waits[0], "first_step_s": steps[0], "waits": waits[1:],
-                      "steps": steps[1:], "uptime": uptime()}))
+                      "steps": steps[1:], "uptime": load_average()}))
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run each ``num_workers`` in a fresh process and print the table."""
-    argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
-    if args.worker:
-        run_worker(args)
+    parsed = parse_or_run_worker(argv, parse_args, run_worker)
+    if parsed is None:
         return
+    args, argv = parsed
     feats = Path(args.data) / args.data_name / "train_ims.npy"
     if not feats.is_file():
         raise SystemExit(f"--data: {feats} not found; write it with "
                          f"'python scripts/bench_mmap.py --sizes 16000 --keep'")
-    print(f"# bench_data_path: {platform.machine()}, {os.cpu_count()} CPUs, model {args.model}, "
-          f"batch {args.batch}, threads {args.threads} (main process; workers use 1 each), "
-          f"{'cold' if args.cold else 'warm'} page cache, "
-          f"file {feats.stat().st_size / 1e9:.2f} GB, "
-          f"{uptime()} (machine shared with other jobs)")
-    print("command: python scripts/bench_data_path.py " + " ".join(argv))
+    print_header("bench_data_path", argv,
+                 f"model {args.model}, batch {args.batch}, threads {args.threads} (main process; "
+                 f"workers use 1 each), {'cold' if args.cold else 'warm'} page cache, "
+                 f"file {feats.stat().st_size / 1e9:.2f} GB")
     print(f"\n{'workers':>7} {'first next() s':>15} {'first step s':>13} {'mean next() s':>14} "
           f"{'max next() s':>13} {'mean step s':>12} {'wait share':>11}   load")
     for workers in args.workers:
-        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv,
-                               "--worker", str(workers)], capture_output=True, text=True,
-                              cwd=ROOT, env=env, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"num_workers={workers} failed:\n{done.stderr[-4000:]}")
-        res = json.loads(done.stdout.strip().splitlines()[-1])
+        res, _ = run_worker_child(__file__, argv, str(workers), env=threads_env(args.threads))
         wait, step = sum(res["waits"]), sum(res["steps"])
         print(f"{workers:>7} {res['first_wait_s']:>15.3f} {res['first_step_s']:>13.2f} "
               f"{wait / len(res['waits']):>14.3f} {max(res['waits']):>13.3f} "
               f"{step / len(res['steps']):>12.2f} {wait / (wait + step):>11.1%}   "
               f"{res['uptime'].replace('load average ', '')}")
     print(f"wait share = sum of next() / (sum of next() + sum of steps) over {args.steps} steps "
-          f"after the first. ({uptime()})")
+          f"after the first. ({load_average()})")
 
 
 if __name__ == "__main__":

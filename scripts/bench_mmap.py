@@ -34,15 +34,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchlib import (ROOT, load_average, parse_or_run_worker, parse_worker_output, print_header,
+                      threads_env, worker_command)
 MB = 1024.0  # /proc/*/status and ru_maxrss are in kB
 
 
@@ -61,11 +60,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="do not delete the datasets")
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
-
-
-def uptime() -> str:
-    """The load averages, as ``uptime`` prints them."""
-    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def dataset_root(out: Path, n_train: int) -> Path:
@@ -135,8 +129,8 @@ class Sampler(threading.Thread):
 
 def run_child(argv: list[str], worker: str) -> dict:
     """Run ``--worker worker`` in a fresh interpreter, sampling its memory; merge the JSON."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--worker", worker]
-    env = dict(os.environ, OMP_NUM_THREADS=str(parse_args(argv).threads))
+    cmd = worker_command(__file__, argv, worker)
+    env = threads_env(parse_args(argv).threads)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=ROOT, env=env)
@@ -147,9 +141,7 @@ def run_child(argv: list[str], worker: str) -> dict:
     sampler.join()
     # communicate() reaped the child; its resource usage is in RUSAGE_CHILDREN, which is a
     # maximum over all children so far: the child reports its own VmHWM instead (below).
-    if proc.returncode != 0:
-        raise RuntimeError(f"worker {worker} failed:\n{err[-4000:]}")
-    result = json.loads(out.strip().splitlines()[-1])
+    result, _ = parse_worker_output(worker, proc.returncode, out, err)
     result["wall_s"] = time.perf_counter() - start
     result["sampled_peak_mb"] = {k: v / MB for k, v in sampler.peak.items()}
     return result
@@ -272,15 +264,12 @@ def run_worker(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Generate, measure each size in fresh processes, print the table, clean up."""
-    argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
-    if args.worker:
-        run_worker(args)
+    parsed = parse_or_run_worker(argv, parse_args, run_worker)
+    if parsed is None:
         return
-    print(f"# bench_mmap: {platform.machine()}, {os.cpu_count()} CPUs, threads {args.threads}, "
-          f"num_workers {args.num_workers}, batch {args.batch}, steps {args.steps}, "
-          f"{uptime()} (machine shared with other jobs)")
-    print("command: python scripts/bench_mmap.py " + " ".join(argv))
+    args, argv = parsed
+    print_header("bench_mmap", argv, f"threads {args.threads}, num_workers {args.num_workers}, "
+                 f"batch {args.batch}, steps {args.steps}")
     out = Path(args.out)
     try:
         rows = []
@@ -288,7 +277,8 @@ def main(argv: list[str] | None = None) -> None:
             gen = run_child(argv, f"generate:{size}")
             print(f"generated {size} images: train_ims.npy {gen['train_bytes'] / 1e9:.2f} GB in "
                   f"{gen['seconds']:.0f} s; generator peak RSS {gen['VmHWM']:.0f} MB "
-                  f"(sampled peak RssAnon {gen['sampled_peak_mb']['RssAnon']:.0f} MB) ({uptime()})")
+                  f"(sampled peak RssAnon {gen['sampled_peak_mb']['RssAnon']:.0f} MB) "
+                  f"({load_average()})")
             rows.append((size, gen, run_child(argv, f"train:{size}"),
                          run_child(argv, f"eval:{size}")))
         report(args, rows)
@@ -312,7 +302,8 @@ def report(args: argparse.Namespace, rows: list) -> None:
     print(f"train: {args.steps} steps of batch {args.batch} ({args.steps * args.batch} images "
           f"read); eval: {args.eval_images} images spread over the file and their captions. "
           f"MB = MiB. 'peak RSS' is the child's VmHWM (kernel high-water mark, main process); "
-          f"RssAnon/RssFile peaks are sampled every 10 ms over the process tree. ({uptime()})")
+          f"RssAnon/RssFile peaks are sampled every 10 ms over the process tree. "
+          f"({load_average()})")
 
 
 if __name__ == "__main__":

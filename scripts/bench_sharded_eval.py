@@ -19,7 +19,7 @@ What it measures, on the synthetic benchmark data (``ncl.data.synthetic``, prese
    around ``sim_fn``), and, for 2 processes, the maximum absolute difference from the
    1-process matrix and whether the two are bit-identical.
 
-The machine (CPU model, cores) and ``uptime`` before and after are printed: on a shared
+The machine (CPU model, cores) and the load average before and after are printed: on a shared
 machine the load changes the numbers, read them with it.
 
 Usage::
@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +40,7 @@ from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
+from benchlib import load_average, print_header
 
 #: SGRAF sizes of the synthetic configs (configs/recon_saf_synthetic.yaml, crcl_saf_synthetic).
 BACKBONE = {"img_dim": 96, "num_regions": 16, "word_dim": 32, "embed_size": 64, "sim_dim": 32,
@@ -63,27 +62,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.images < 1 or min(args.shard_sizes) < 1 or args.threads < 1:
         parser.error("--images, --shard-sizes and --threads must be positive")
     return args
-
-
-def machine() -> str:
-    """CPU model, logical cores, torch version."""
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} logical cores, torch {torch.__version__}"
-
-
-def uptime() -> str:
-    """``uptime``'s line (the load averages), or the load from os.getloadavg."""
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def build_net(vocab_size: int, module: str) -> torch.nn.Module:
@@ -173,11 +151,13 @@ def run(world: int, threads: int, emb_path: Path, shard: int, module: str, tmp: 
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Encode the split once, then time 1 against 2 processes for every shard size."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    print(f"date (UTC): {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}")
-    print(f"machine: {machine()}")
-    print(f"uptime at start: {uptime()}")
+    print_header("bench_sharded_eval", argv,
+                 f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+                 f"{args.module}, {args.threads} thread(s) per process")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         emb_path = tmp / "embeddings.pt"
@@ -203,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
                       f"{'/'.join(f'{t:.1f}' for t in res['sim_seconds']):>17} "
                       f"{diff:>10.3g} {str(same):>13}",
                       flush=True)
-    print(f"uptime at end: {uptime()}")
+    print(f"at the end: {load_average()}")
 
 
 if __name__ == "__main__":

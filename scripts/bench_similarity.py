@@ -34,14 +34,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
 import torch
+from benchlib import load_average, parse_or_run_worker, print_header, run_worker_child
 
 F30K_VOCAB = 8481
 FULL_IMAGES, FULL_CAPTIONS = 1000, 5000
@@ -268,12 +266,8 @@ def spawn(argv: list[str], task: str, strategy: str) -> dict:
         env = dict(os.environ)
         if mode == "memory":
             env["GLIBC_TUNABLES"] = ":".join(filter(None, [env.get("GLIBC_TUNABLES"), TUNABLE]))
-        cmd = [sys.executable, os.path.abspath(__file__), *argv,
-               "--worker", f"{task}:{strategy}:{mode}"]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
-        if done.returncode != 0:
-            raise RuntimeError(f"worker {task}:{strategy}:{mode} failed:\n{done.stderr}")
-        merged.update(json.loads(done.stdout.strip().splitlines()[-1]))
+        result, _ = run_worker_child(__file__, argv, f"{task}:{strategy}:{mode}", env=env)
+        merged.update(result)
     return merged
 
 
@@ -337,16 +331,12 @@ def report_eval(args: argparse.Namespace, results: dict[str, dict]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run every (task, strategy) in subprocesses and print the tables."""
-    argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
-    if args.worker:
-        run_worker(args)
+    parsed = parse_or_run_worker(argv, parse_args, run_worker)
+    if parsed is None:
         return
-    print(f"# bench_similarity: {platform.machine()}, {os.cpu_count()} CPUs, torch "
-          f"{torch.__version__}, device {args.device}, threads "
-          f"{args.threads or torch.get_num_threads()}, load average at start "
-          f"{os.getloadavg()[0]:.2f}")
-    print("command: python scripts/bench_similarity.py " + " ".join(argv))
+    args, argv = parsed
+    print_header("bench_similarity", argv,
+                 f"device {args.device}, threads {args.threads or torch.get_num_threads()}")
     started = time.perf_counter()
     fwd = {name: spawn(argv, "forward", name) for name in args.strategies}
     train = None
@@ -355,8 +345,7 @@ def main(argv: list[str] | None = None) -> None:
     report_batch(args, fwd, train)
     if not args.skip_eval:
         report_eval(args, {name: spawn(argv, "eval", name) for name in args.strategies})
-    print(f"\nload average at end {os.getloadavg()[0]:.2f}; "
-          f"benchmark wall time {time.perf_counter() - started:.0f} s")
+    print(f"\nbenchmark wall time {time.perf_counter() - started:.0f} s; {load_average()} at end")
 
 
 if __name__ == "__main__":

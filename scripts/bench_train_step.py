@@ -21,7 +21,7 @@ of the step's time that would suffice for its matrix products at peak speed.
 Every measurement runs in a fresh subprocess. ``--compare-git REF`` also times the ``ncl``
 package as committed at ``REF`` (exported read-only with ``git archive`` into a temporary
 folder), interleaved round by round with the working tree, so a change to ``ncl/models`` is
-measured before/after under the same load. The machine may be shared: ``uptime`` is printed
+measured before/after under the same load. The machine may be shared: the load average is printed
 with every timing.
 
 Usage::
@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -44,8 +43,8 @@ import time
 from pathlib import Path
 
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchlib import (ROOT, load_average, parse_or_run_worker, print_header, run_worker_child,
+                      threads_env)
 F30K_VOCAB = 8481
 
 
@@ -69,12 +68,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
-
-
-def uptime() -> str:
-    """The load averages, as ``uptime`` prints them."""
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
 
 
 # ----------------------------------------------------------------------------- worker side
@@ -118,7 +111,7 @@ def run_worker(args: argparse.Namespace) -> None:
     """One subprocess: ``peak`` or ``step:<module>:<chunk>:<flops 0/1>:<profile 0/1>``."""
     torch.set_num_threads(args.threads)
     if args.worker == "peak":
-        print(json.dumps({"gflops": matmul_peak_gflops(args.peak_n), "uptime": uptime()}))
+        print(json.dumps({"gflops": matmul_peak_gflops(args.peak_n), "uptime": load_average()}))
         return
     _, module, chunk, count, profile = args.worker.split(":")
     model = build_model(args, module, int(chunk))
@@ -132,7 +125,7 @@ def run_worker(args: argparse.Namespace) -> None:
     # The peak just before the step, in the same process: on a shared machine the load can
     # change by a factor of several between measurements minutes apart.
     local_peak = matmul_peak_gflops(2048, repeats=3)
-    load = uptime()
+    load = load_average()
     start, cpu_start = time.perf_counter(), time.process_time()
     step(args.batch)
     # CPU time of this process: on a loaded machine wall time also counts the time spent
@@ -192,15 +185,10 @@ def _matmul_flop(name: str, shapes: list) -> int:
 
 def spawn(argv: list[str], worker: str, src: Path) -> tuple[dict, str]:
     """Run one worker with ``src`` first on the path; return its JSON and its other output."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(src)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    env["OMP_NUM_THREADS"] = str(parse_args(argv).threads)
-    cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--worker", worker]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env, cwd=src)
-    if done.returncode != 0:
-        raise RuntimeError(f"worker {worker} ({src}) failed:\n{done.stderr[-4000:]}")
-    lines = done.stdout.strip().splitlines()
-    return json.loads(lines[-1]), "\n".join(lines[:-1])
+    env = threads_env(parse_args(argv).threads)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(src)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return run_worker_child(__file__, argv, worker, env=env, cwd=src)
 
 
 def export_git(ref: str, into: Path) -> Path:
@@ -213,15 +201,12 @@ def export_git(ref: str, into: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     """Measure the peak, time every (module, variant) round by round, print the tables."""
-    argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
-    if args.worker:
-        run_worker(args)
+    parsed = parse_or_run_worker(argv, parse_args, run_worker)
+    if parsed is None:
         return
-    print(f"# bench_train_step: {platform.machine()}, {os.cpu_count()} CPUs, torch "
-          f"{torch.__version__}, threads {args.threads}, batch {args.batch}x{args.batch}, "
-          f"{uptime()} (machine shared with other jobs)")
-    print("command: python scripts/bench_train_step.py " + " ".join(argv))
+    args, argv = parsed
+    print_header("bench_train_step", argv,
+                 f"threads {args.threads}, batch {args.batch}x{args.batch}")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ncl_bench_git_") as tmp:
         sources = {"tree": ROOT}
@@ -235,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         peak_end, _ = spawn(argv, "peak", ROOT)
         print(f"\nfp32 matmul peak again at the end: {peak_end['gflops']:.1f} GFLOP/s "
               f"({peak_end['uptime']})")
-    print(f"benchmark wall time {time.perf_counter() - started:.0f} s; {uptime()}")
+    print(f"benchmark wall time {time.perf_counter() - started:.0f} s; {load_average()}")
 
 
 def report_module(argv: list[str], args: argparse.Namespace, module: str,
@@ -283,7 +268,7 @@ def report_module(argv: list[str], args: argparse.Namespace, module: str,
     if not args.skip_profile:
         _, table = spawn(argv, f"step:{module}:{args.chunk_sizes[0]}:0:1", ROOT)
         print(f"\n## {module}: torch.profiler, one step of the working tree, top operators by "
-              f"self CPU time ({uptime()})")
+              f"self CPU time ({load_average()})")
         print(table)
 
 
