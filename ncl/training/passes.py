@@ -2,13 +2,19 @@
 gradients over the whole training set, sharded over ranks and gathered by sample index.
 
 NCR/LNC's co-divide feeds it the mean hinge of each pair (spec 4.2.4); CRCL and ReCon plug
-in their own per-sample quantity the same way: a function ``(net, batch) -> (B, ...)``.
+in their own per-sample quantity the same way: a function ``(net, batch) -> (B, ...)``,
+described with its batching by a :class:`PassSpec` and run by :func:`run_pass`.
+
+Batches of a pass are formed over the **whole** (optionally shuffled) training set first and
+then dealt whole to ranks (:func:`deal_batches`), so a sample's in-batch negatives, and so its
+value, do not depend on the number of processes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -21,6 +27,78 @@ from ncl.training.plans import IndexBatches, iterate
 
 # (net, batch on device) -> (B, ...) per-sample values, in the batch's order.
 PerSampleFn = Callable[[nn.Module, dict[str, Tensor]], Tensor]
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    """One per-sample pass over the whole training set, in eval mode, without gradients.
+
+    Attributes:
+        fn: the per-sample quantity.
+        nets: indices of the method's networks to run it with (one output row each).
+        batch_size: batch size of the pass (in-batch negatives make values depend on it).
+        shuffle: shuffle the set before cutting batches (the official co-divide does).
+        stream: stream id mixed into the shuffle's seed (ids in use: ``ncl.data.samplers``).
+        seed: seed of the shuffle (the run's ``training_seed`` unless the method says).
+        per_net_shuffle: a shuffle of its own for every network (NCR: one loader per net),
+            seeded ``(seed, epoch, stream, net, 0)``; otherwise one shuffle seeded
+            ``(seed, epoch, stream)`` shared by all networks.
+    """
+
+    fn: PerSampleFn
+    nets: tuple[int, ...]
+    batch_size: int
+    shuffle: bool
+    stream: int
+    seed: int
+    per_net_shuffle: bool = False
+
+
+def forward_batch(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+    """``(B, B)`` similarities of every image/caption pair of a collated batch.
+
+    ``image_lengths`` is passed only when the batch has it (region counts differ within the
+    batch, :func:`ncl.data.datasets.collate`), for backbones that mask padded regions.
+    """
+    extra = {"image_lengths": batch["image_lengths"]} if "image_lengths" in batch else {}
+    return net(batch["images"], batch["tokens"], batch["lengths"], **extra)
+
+
+def deal_batches(order: np.ndarray, batch_size: int, rank: int = 0, world: int = 1) -> list[np.ndarray]:
+    """This rank's batches of a pass over ``order`` (all sample indices, in pass order).
+
+    ``order`` is cut into ``batch_size`` batches; a last batch of one pair joins the batch
+    before it (alone it would have no in-batch negative: a loss of exactly 0, a softmax of
+    exactly 1). Batch ``b`` goes to rank ``b % world``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    batches = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
+    if len(batches) > 1 and len(batches[-1]) == 1:
+        batches = [*batches[:-2], np.concatenate(batches[-2:])]
+    return batches[rank::world]
+
+
+def pass_order(spec: PassSpec, num_samples: int, epoch: int, net: int) -> np.ndarray:
+    """The order in which network ``net``'s pass of epoch ``epoch`` visits the samples."""
+    if not spec.shuffle:
+        return np.arange(num_samples)
+    key = [spec.seed, epoch, spec.stream, net, 0] if spec.per_net_shuffle else [spec.seed, epoch, spec.stream]
+    return np.random.default_rng(key).permutation(num_samples)
+
+
+def run_pass(spec: PassSpec, nets: Sequence[nn.Module], pairs: Dataset, epoch: int,
+             device: torch.device, rank: int = 0, world: int = 1, num_workers: int = 0,
+             description: str = "per-sample pass") -> Tensor:
+    """Run ``spec`` with ``nets[k]`` for every ``k`` in ``spec.nets``.
+
+    Returns:
+        ``(len(spec.nets), N, ...)`` on ``device``, identical on every rank.
+    """
+    chosen = [nets[k] for k in spec.nets]
+    batches = [deal_batches(pass_order(spec, len(pairs), epoch, k), spec.batch_size, rank, world)
+               for k in spec.nets]
+    return per_sample_pass(chosen, pairs, batches, spec.fn, device, num_workers, description)
 
 
 @contextmanager
