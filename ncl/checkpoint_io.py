@@ -7,7 +7,7 @@ writes to a hidden temporary file beside the target and renames it over the targ
 path always holds either the previous complete checkpoint or the new complete one.
 
 The ``ncl`` command installs it on every Trainer that does not bring its own CheckpointIO
-(see :class:`ncl.cli.NclCLI`); Python users pass ``Trainer(plugins=[AtomicCheckpointIO()])``.
+(see :class:`ncl.app.NclCLI`); Python users pass ``Trainer(plugins=[AtomicCheckpointIO()])``.
 """
 
 from __future__ import annotations

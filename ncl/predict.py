@@ -150,12 +150,12 @@ def score_pairs(nets: Sequence[nn.Module], sizes: Sequence[int], pairs: torch.ut
     mean hinge depends on the in-batch negatives, so this is the loss the methods divide on.
     """
     from ncl.losses import triplet_loss
-    from ncl.training.passes import eval_mode, to_device
-    from ncl.training.plans import IndexBatches, division_batches, iterate
+    from ncl.training.passes import deal_batches, eval_mode, to_device
+    from ncl.training.plans import DIVISION_STREAM, IndexBatches, iterate, rng_for
 
     n = len(pairs)
     sim, loss = np.zeros(n), np.zeros(n)
-    batches = division_batches(n, batch_size, seed, epoch=0, net=0, shuffle=True)
+    batches = deal_batches(rng_for(seed, 0, DIVISION_STREAM, 0).permutation(n), batch_size)
     with eval_mode(*nets):
         for batch in iterate(IndexBatches(pairs, batches)):
             batch = to_device(batch, device)
@@ -197,7 +197,7 @@ def metrics_path(out: Path) -> Path:
 
 def check_out(out: Path) -> None:
     """Raise ConfigError before any work when ``--out`` cannot be written."""
-    from ncl.cli import _unwritable
+    from ncl.app import _unwritable
 
     if out.suffix not in (".csv", ".parquet"):
         raise ConfigError(f"--out {out}: the name must end with .csv or .parquet")
@@ -257,7 +257,7 @@ def run_predict(args: Sequence[str]) -> None:
     """Parse, build the model and data from the config, score, rank and write."""
     import lightning as L
 
-    from ncl.cli import NclArgumentParser, NclCLI
+    from ncl.app import NclArgumentParser, NclCLI
     from ncl.division import gmm_clean_probability
     from ncl.methods.base import RetrievalMethod
     from ncl.methods.pretrained import Pretrained

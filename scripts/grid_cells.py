@@ -45,7 +45,7 @@ BENCH = ["--data.batch_size=64"]
 # "Measured": the probe at 40 % caption noise).
 RECON = ["--model=ncl.methods.recon.ReCon", f"--model.warmup_epochs={WARMUP}", "--model.tau=0.1",
          "--model.relation_temperature=0.3", "--data.augment=ncl.data.augment.CaptionRegionAugment"]
-# ReCon's division diagnostics (ThreeWayDiagnostics: the division in effect for an epoch):
+# ReCon's division diagnostics (its epoch_diagnostics: the division in effect for an epoch):
 # subset sizes of D_c, D_l, D_n and the truly noisy pairs in each.
 DIVISION_KEYS = [f"division/{name}{suffix}" for name in ("clean", "local", "noisy")
                  for suffix in ("", "_true_noisy")]

@@ -76,7 +76,8 @@ def run_cell_here(args: list[str], warmup: int) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from ncl.callbacks.diagnostics import division_stats
+    from ncl.callbacks.division import divide_if_due
+    from ncl.division.stats import division_stats
     from ncl.cli import NclCLI
     from ncl.methods.base import RetrievalMethod
 
@@ -84,10 +85,11 @@ def run_cell_here(args: list[str], warmup: int) -> dict[str, Any]:
     rsums: list[float] = []
 
     class _Rsums(L.Callback):
-        """The A+B validation rSum of every epoch (warm-up keys, as select_warmup is off)."""
+        """The A+B validation rSum of every epoch (warm-up included: ``val/rsum`` is logged
+        every epoch; only ``val/rsum_selected`` leaves the warm-up out)."""
 
         def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-            value = trainer.callback_metrics.get("val_warmup/rsum", trainer.callback_metrics.get("val/rsum"))
+            value = trainer.callback_metrics.get("val/rsum")
             if value is not None and not trainer.sanity_checking:
                 rsums.append(round(float(value), 1))
 
@@ -97,7 +99,7 @@ def run_cell_here(args: list[str], warmup: int) -> dict[str, Any]:
     cli.trainer.callbacks.append(_Rsums())
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     model = cli.model
-    model.prepare_division(warmup)  # the first co-divide, from the warmed-up networks
+    divide_if_due(cli.trainer, model, warmup)  # the first co-divide, from the warmed-up networks
     truth = torch.as_tensor(np.asarray(cli.datamodule.clean_mask), dtype=torch.bool)  # (N,)
     stats = division_stats(model.division, model.network_names, truth)
     out: dict[str, Any] = {"val_rsums": rsums}

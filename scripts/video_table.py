@@ -92,15 +92,14 @@ def run_cell(method: str, noise: float, seed: int, noise_type: str, work: Path,
 
 
 def val_rsums(root: Path) -> list[float]:
-    """Validation rSum after every epoch (the fit's ``metrics.csv``; LNC's warm-up epochs are
-    logged as ``val_warmup/rsum``)."""
+    """Validation rSum after every epoch, warm-up included (the fit's ``metrics.csv``)."""
     rows: list[dict] = []
     for path in sorted(root.rglob("metrics.csv")):  # the fit's; ``ncl test`` adds its own
         with open(path) as handle:
             rows += list(csv.DictReader(handle))
     out = []
     for row in rows:
-        value = row.get("val/rsum") or row.get("val_warmup/rsum")
+        value = row.get("val/rsum")
         if value:
             out.append(round(float(value), 1))
     return out

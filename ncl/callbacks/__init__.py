@@ -1,32 +1,35 @@
-"""Lightning callbacks that methods attach themselves (``configure_callbacks``). Each does its
-work in the hook whose name says when; the state they produce lives on the method.
+"""Lightning callbacks. Each *does* its work in the hook whose name says when, through a
+small typed protocol the method implements (:mod:`ncl.callbacks.protocols`), never by probing
+the method; the state it produces lives on the method (checkpointed with its training state).
 
-* :class:`CoDivide` - ``on_train_epoch_end``: NCR/LNC's co-divide for the next epoch
-  (per-sample losses, GMM, split; LNC's Randomly Noise Abandon), stored as ``module.division``.
-* :class:`MomentumTargets` - ``on_train_batch_end``: LNC's momentum-target update (Eq. 5) of
-  the step's samples, in ``module.momentum_targets``.
-* :class:`DivisionDiagnostics` - ``on_train_epoch_start``: division sizes, noise-detection
-  P/R/F1 and the loss-histogram figure of the epoch's division.
-* :class:`SelfRefiningPieces` - ``on_train_epoch_start``: CRCL's re-initialisation at every
-  self-refining piece boundary (``module.start_piece``).
-* :class:`LabelCorrection` - ``on_train_batch_end`` (CRCL's official per-step SCC update) and
-  ``on_train_epoch_end`` (the paper's per-epoch update) of ``module.labels``.
-* :class:`LabelDiagnostics` - ``on_train_epoch_end``: CRCL's piece, label flips and label
-  distribution (by true clean/noisy when known).
-* :class:`Figures` - not attached by any method: add it to ``trainer.callbacks`` for PNG
-  figures in ``<run dir>/figures/`` (loss histograms with the GMM, label histograms, noise
-  detection and validation rSum curves), also logged to W&B; plotting in :mod:`ncl.figures`.
+Work (attached by the methods that need them, in ``configure_callbacks``):
 
-The computations are plain functions in :mod:`ncl.training` (division, per-sample passes,
-batch plans, collectives, per-sample state).
+* :class:`GMMDivision` - a per-sample pass over the training set, a two-component GMM per
+  network, the division handed to the method (:class:`~ncl.callbacks.protocols.GMMDivisible`):
+  NCR/LNC's co-divide and abandon draw, ReCon's first stage. At the end of an epoch for the
+  next one (so the epoch's checkpoint holds it), at an epoch's start as a fallback.
+* :class:`MomentumRefinement` - per-sample soft values moved by a rule
+  (:class:`~ncl.callbacks.protocols.Refinable`): after every step from the step's output (LNC's
+  momentum targets, CRCL's official SCC), or once per epoch from a per-sample pass (CRCL's paper
+  rule).
+* :class:`SelfRefining` - self-refining pieces (CRCL Algorithm 1) for any method: seeded
+  re-initialisation of the networks and optimiser state at every piece boundary, the step
+  schedule restarted, per-sample state carried over (``--trainer.callbacks+=`` on RCL).
+
+Observers (generic, :class:`~ncl.callbacks.protocols.Diagnosable`):
+
+* :class:`Diagnostics` - logs the scalars of the method's ``epoch_diagnostics`` (division
+  sizes, noise-detection P/R/F1, label distributions); attached by methods with diagnostics.
+* :class:`Figures` - PNG figures in ``<run dir>/figures/`` (loss histograms with the GMM, label
+  histograms, detection and validation rSum curves), also logged to W&B; added to every fit by
+  the CLI; plotting in :mod:`ncl.plots`.
+* :mod:`ncl.callbacks.tracking` - what a W&B run records besides the metrics.
 """
 
-from ncl.callbacks.co_divide import CoDivide
-from ncl.callbacks.diagnostics import DivisionDiagnostics, division_stats, plot_division
+from ncl.callbacks.diagnostics import Diagnostics
+from ncl.callbacks.division import GMMDivision
 from ncl.callbacks.figures import Figures
-from ncl.callbacks.momentum import MomentumTargets
-from ncl.callbacks.labels import LabelCorrection, LabelDiagnostics, label_stats
-from ncl.callbacks.pieces import SelfRefiningPieces
+from ncl.callbacks.refinement import MomentumRefinement
+from ncl.callbacks.self_refining import SelfRefining
 
-__all__ = ["CoDivide", "DivisionDiagnostics", "MomentumTargets", "division_stats", "plot_division"]
-__all__ += ["Figures", "LabelCorrection", "LabelDiagnostics", "SelfRefiningPieces", "label_stats"]
+__all__ = ["Diagnostics", "Figures", "GMMDivision", "MomentumRefinement", "SelfRefining"]

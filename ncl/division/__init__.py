@@ -14,11 +14,13 @@ Which function implements what:
   (spec 4.2.5).
 * :func:`memorization_prediction` / :func:`memorization_prediction_from_loss` /
   :func:`normalize_by_top_fraction` - the prediction function P, Eq. 9 (spec 4.2.1
-  "predict").
+  "predict"); :func:`mr_prediction` - the same values with the normaliser detached, for the
+  momentum regulariser (Eq. 4).
 * :func:`rectify_labels` - Eq. 8, clean subset, per sample;
   :func:`rectify_labels_official_2023` - the released code's B x B broadcast (spec 4.2.7);
   :func:`rectify_labels_official_2022` - the earlier code's ``P_0`` for the whole batch;
-  :func:`rectify_noisy_labels` - Eq. 8, noisy subset ``(P^A + P^B) / 2``.
+  :func:`rectify_noisy_labels` - Eq. 8, noisy subset ``(P^A + P^B) / 2``;
+  :func:`rectify_by_mode` - the clean-subset rule of each ``ncr_margin_mode``.
 * :func:`initial_momentum_targets`, :func:`momentum_update` - Eq. 5 (``gamma^0 = 1``);
   :func:`momentum_regularizer` - Eq. 4 per sample (caller: ``lambda * .mean()``, Eq. 6).
 * :func:`doubly_noisy_mask`, :func:`noise_abandon_mask` - Randomly Noise Abandon, Eq. 7 and
@@ -83,9 +85,11 @@ from ncl.division.prediction import (
     PredictionForm,
     memorization_prediction,
     memorization_prediction_from_loss,
+    mr_prediction,
     normalize_by_top_fraction,
 )
 from ncl.division.rectify import (
+    rectify_by_mode,
     rectify_labels,
     rectify_labels_official_2022,
     rectify_labels_official_2023,
@@ -111,9 +115,11 @@ __all__ = [
     "momentum_correction",
     "momentum_regularizer",
     "momentum_update",
+    "mr_prediction",
     "noise_abandon_mask",
     "normalize_by_top_fraction",
     "partition_indices",
+    "rectify_by_mode",
     "rectify_labels",
     "rectify_labels_official_2022",
     "rectify_labels_official_2023",

@@ -26,7 +26,7 @@ epochs, and ``docs/methods/crcl.md`` for the full comparison.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import torch
 from torch import Tensor
@@ -35,8 +35,6 @@ from ncl.division._checks import check_finite, check_same_shape, check_unit_inte
 from ncl.division.momentum import momentum_update
 
 CorrectionRule = Literal["paper", "official", "prediction"]
-
-_RULES: tuple[str, ...] = ("paper", "official", "prediction")
 
 
 class CorrectedLabels(NamedTuple):
@@ -184,8 +182,8 @@ def correct_labels(
     Returns:
         :class:`CorrectedLabels` ``(for_loss, stored)``, both detached, shaped like ``labels``.
     """
-    if rule not in _RULES:
-        raise ValueError(f"`rule` must be one of {_RULES}, got {rule!r}")
+    if rule not in get_args(CorrectionRule):
+        raise ValueError(f"`rule` must be one of {get_args(CorrectionRule)}, got {rule!r}")
     _check_inputs(labels, estimate, piece, epoch_in_piece, freeze_epochs)
     check_unit_interval(momentum, "momentum")
     check_unit_interval(threshold, "threshold")

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ncl.division._checks import check_finite, check_vector
+from ncl.losses.triplet import triplet_loss
 
 PredictionForm = Literal["hinge", "linear"]
 
@@ -62,6 +63,39 @@ def memorization_prediction(
     if form == "linear":
         return normalize_by_top_fraction(torch.clamp(_linear_score(sims), 0.0, margin))
     raise ValueError(f"`form` must be 'hinge' or 'linear', got {form!r}")
+
+
+def mr_prediction(sims: Tensor, margin: float = 0.2, form: PredictionForm = "hinge",
+                  detach_normalizer: bool = True) -> Tensor:
+    """Prediction ``P`` used by LNC's momentum regulariser (Eq. 4 with Eq. 9), with gradient.
+
+    The values of :func:`memorization_prediction`. With ``detach_normalizer`` ``tau`` is a
+    constant for the gradient: pulling ``P_i`` towards its target then moves pair ``i``'s own
+    score only. Through ``tau`` every ``P`` can also be raised by pulling the batch's best
+    pairs *down* (a smaller ``tau``), which works against the ranking objective. The paper
+    does not say which is meant.
+
+    Args:
+        sims: ``(B, B)`` similarities, with gradient.
+        margin: alpha (0.2).
+        form: ``hinge`` (from the per-sample mean hinge, code) or ``linear`` (Eq. 9 text).
+        detach_normalizer: treat ``tau`` as a constant.
+
+    Returns:
+        ``(B,)`` predictions in [0, 1].
+    """
+    if not detach_normalizer:
+        return memorization_prediction(sims, margin, form)
+    if form == "hinge":
+        raw = margin - triplet_loss(sims, margin, negatives="mean") / 2  # (B,)
+    else:  # Eq. 9: positive minus the mean of its row and column negatives (divided by b)
+        b, diag = sims.shape[0], sims.diagonal()
+        raw = diag - ((sims.sum(1) - diag) / b + (sims.sum(0) - diag) / b) / 2
+    raw = raw.clamp(0.0, margin)
+    tau = raw.detach().topk(raw.numel() // 10 + 1).values.mean()
+    if not bool(tau > 0):
+        return torch.zeros_like(raw)
+    return (raw / tau).clamp(0.0, 1.0)
 
 
 def memorization_prediction_from_loss(per_sample_loss: Tensor, margin: float = 0.2) -> Tensor:

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from ncl.division._checks import check_finite, check_same_shape, check_vector
+from ncl.losses.triplet import NcrMarginMode
 
 
 def rectify_labels(prob: Tensor, prediction: Tensor, labels: Tensor | None = None) -> Tensor:
@@ -76,6 +77,18 @@ def rectify_labels_official_2022(prob: Tensor, prediction: Tensor) -> Tensor:
     """
     _check_pair(prob, prediction, "prob", "prediction")
     return prob + (1 - prob) * prediction[0]
+
+
+def rectify_by_mode(mode: NcrMarginMode, prob: Tensor, prediction: Tensor) -> Tensor:
+    """Clean-subset targets of NCR's margin ``mode`` (spec 4.2.7): :func:`rectify_labels`
+    (``per_sample``), :func:`rectify_labels_official_2023` (``official_2023``) or
+    :func:`rectify_labels_official_2022` (``official_2022_p0``, and ``official_2021_fixed``,
+    whose code computed these targets but used a fixed margin)."""
+    if mode == "per_sample":
+        return rectify_labels(prob, prediction)
+    if mode == "official_2023":
+        return rectify_labels_official_2023(prob, prediction)
+    return rectify_labels_official_2022(prob, prediction)
 
 
 def rectify_noisy_labels(prediction_a: Tensor, prediction_b: Tensor) -> Tensor:

@@ -21,7 +21,7 @@ Subset codes are :data:`ncl.losses.recon.SUBSET_CLEAN` (0), ``SUBSET_LOCAL`` (1)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
@@ -32,9 +32,6 @@ from ncl.losses.recon import SUBSET_CLEAN, SUBSET_LOCAL, SUBSET_NOISY
 
 PseudoLabelInit = Literal["prediction", "one", "clean_probability"]
 PseudoLabelScope = Literal["noisy", "all"]
-
-_INITS: tuple[str, ...] = ("prediction", "one", "clean_probability")
-_SCOPES: tuple[str, ...] = ("noisy", "all")
 
 
 def intra_modal_discrepancy(im_loss: Tensor) -> Tensor:
@@ -119,8 +116,8 @@ def initial_pseudo_labels(prediction: Tensor, clean_prob: Tensor,
     """
     check_vector(prediction, "prediction")
     check_same_shape(prediction, clean_prob, "prediction", "clean_prob")
-    if init not in _INITS:
-        raise ValueError(f"`init` must be one of {_INITS}, got {init!r}")
+    if init not in get_args(PseudoLabelInit):
+        raise ValueError(f"`init` must be one of {get_args(PseudoLabelInit)}, got {init!r}")
     if init == "one":
         return torch.ones_like(prediction)
     return (prediction if init == "prediction" else clean_prob).clone()
@@ -143,8 +140,8 @@ def update_pseudo_labels(previous: Tensor, prediction: Tensor, subset: Tensor, b
         (N,) ``y~^t``, detached.
     """
     check_same_shape(previous, subset, "previous", "subset")
-    if scope not in _SCOPES:
-        raise ValueError(f"`scope` must be one of {_SCOPES}, got {scope!r}")
+    if scope not in get_args(PseudoLabelScope):
+        raise ValueError(f"`scope` must be one of {get_args(PseudoLabelScope)}, got {scope!r}")
     moved = momentum_update(previous, prediction.to(previous), beta)
     if scope == "all":
         return moved
@@ -190,10 +187,10 @@ class ThreeWayConfig:
             check_unit_interval(getattr(self, name), name)
         if not self.alpha > 0:
             raise ValueError(f"alpha must be > 0, got {self.alpha}")
-        if self.pseudo_init not in _INITS:
-            raise ValueError(f"pseudo_init must be one of {_INITS}, got {self.pseudo_init!r}")
-        if self.pseudo_scope not in _SCOPES:
-            raise ValueError(f"pseudo_scope must be one of {_SCOPES}, got {self.pseudo_scope!r}")
+        for name, kind in (("pseudo_init", PseudoLabelInit), ("pseudo_scope", PseudoLabelScope)):
+            if getattr(self, name) not in get_args(kind):
+                raise ValueError(f"{name} must be one of {get_args(kind)}, "
+                                 f"got {getattr(self, name)!r}")
 
 
 @dataclass

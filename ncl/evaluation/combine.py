@@ -32,10 +32,9 @@ from ncl.evaluation.similarity import ensemble
 
 Combine = Literal["auto", "score", "evidence"]
 Rule = Literal["score", "evidence"]
-COMBINE_CHOICES: tuple[str, ...] = ("auto", "score", "evidence")
 
 
-def resolve_combine(combine: str, is_decl: Sequence[bool]) -> Rule:
+def resolve_combine(combine: Combine, is_decl: Sequence[bool]) -> Rule:
     """The rule to apply to a set of checkpoints.
 
     ``"auto"`` is ``"evidence"`` when every checkpoint is a DECL checkpoint (DECL's own
@@ -46,10 +45,8 @@ def resolve_combine(combine: str, is_decl: Sequence[bool]) -> Rule:
         is_decl: One flag per checkpoint.
 
     Raises:
-        ValueError: An unknown ``combine`` or no checkpoint.
+        ValueError: No checkpoint.
     """
-    if combine not in COMBINE_CHOICES:
-        raise ValueError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
     if len(is_decl) == 0:
         raise ValueError("is_decl must hold one flag per checkpoint, got none")
     if combine == "auto":

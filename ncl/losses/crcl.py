@@ -24,7 +24,7 @@ Spec: reference_spec.md section 4.4.2 and 9.4; CRCL (Qin et al., NeurIPS 2023) E
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import torch
 from torch import Tensor
@@ -33,8 +33,6 @@ from ncl.losses._checks import check_choice, check_non_negative, check_square
 from ncl.losses.contrastive import log_matching_probabilities
 
 AclForm = Literal["paper", "official"]
-
-_FORMS: tuple[str, ...] = ("paper", "official")
 
 #: The official code's guard in the softmax denominators (spec 4.4.2 step 2).
 OFFICIAL_EPS = 1e-10
@@ -58,7 +56,7 @@ class ACLTerms(NamedTuple):
 
 def form_eps(form: AclForm) -> float:
     """The softmax-denominator guard of each ``form``: 0 (paper) or 1e-10 (official)."""
-    check_choice(form, _FORMS, "form")
+    check_choice(form, get_args(AclForm), "form")
     return OFFICIAL_EPS if form == "official" else 0.0
 
 

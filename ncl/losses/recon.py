@@ -21,7 +21,7 @@ diagonal holds the annotated pairs); region embeddings are ``(B, R, E)``, word e
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import torch
 from torch import Tensor
@@ -41,8 +41,6 @@ RowReduction = Literal["mean", "sum"]
 #: The three training subsets (Eq. 8 and the noisy partition of Sect. 3.3), as stored codes.
 SUBSET_CLEAN, SUBSET_LOCAL, SUBSET_NOISY = 0, 1, 2
 
-_KLS: tuple[str, ...] = ("symmetric", "forward")
-_ROWS: tuple[str, ...] = ("mean", "sum")
 # Masked logits: finite, so that a masked entry gets probability exactly 0 (exp underflows)
 # without the inf - inf = NaN that -inf would put into the KL terms or their gradients.
 _MASKED = -1e9
@@ -198,8 +196,8 @@ def matrix_kl(relations: Tensor, proxy: Tensor, mask: Tensor, temperature: float
         (B,) non-negative divergences.
     """
     check_positive(temperature, "temperature")
-    check_choice(kl, _KLS, "kl")
-    check_choice(rows, _ROWS, "rows")
+    check_choice(kl, get_args(RelationKL), "kl")
+    check_choice(rows, get_args(RowReduction), "rows")
     dtype = work_dtype(relations.dtype)
     columns = mask.unsqueeze(1)  # (B, 1, N)
     log_p = (relations.to(dtype) / temperature).masked_fill(~columns, _MASKED).log_softmax(dim=2)

@@ -11,7 +11,7 @@ Spec: reference_spec.md section 4.2.1 (hinge matrix with a possibly soft margin)
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
@@ -21,10 +21,8 @@ from ncl.losses._checks import check_choice, check_square
 Negatives = Literal["hardest", "sum", "mean"]
 SoftMarginMode = Literal["per_sample", "official_2023"]
 RecastKind = Literal["linear", "exponential", "sin", "sigmoid"]
-
-_NEGATIVES: tuple[str, ...] = ("hardest", "sum", "mean")
-_MODES: tuple[str, ...] = ("per_sample", "official_2023")
-_KINDS: tuple[str, ...] = ("linear", "exponential", "sin", "sigmoid")
+#: NCR's soft margins (spec 4.2.7): the paper's per sample, or one of three released codes.
+NcrMarginMode = Literal["per_sample", "official_2023", "official_2022_p0", "official_2021_fixed"]
 
 
 def _margin_tensor(margin: float | Tensor, batch: int, like: Tensor, name: str) -> Tensor:
@@ -117,7 +115,7 @@ def triplet_loss(
     Returns:
         (B,) per-sample losses.
     """
-    check_choice(negatives, _NEGATIVES, "negatives")
+    check_choice(negatives, get_args(Negatives), "negatives")
     cost_s, cost_im = hinge_matrices(sims, margin)
     return _aggregate(cost_s, cost_im, negatives)
 
@@ -162,8 +160,8 @@ def soft_margin_triplet_loss(
         ValueError: on an unknown mode or a ``soft_margins`` shape that does not fit the mode.
     """
     batch = check_square(sims)
-    check_choice(mode, _MODES, "mode")
-    check_choice(negatives, _NEGATIVES, "negatives")
+    check_choice(mode, get_args(SoftMarginMode), "mode")
+    check_choice(negatives, get_args(Negatives), "negatives")
     if not isinstance(soft_margins, Tensor):
         raise ValueError(f"`soft_margins` must be a tensor, got {type(soft_margins).__name__}")
     if mode == "per_sample":
@@ -183,6 +181,16 @@ def soft_margin_triplet_loss(
         m = soft_margins.to(device=sims.device, dtype=sims.dtype)
         cost_s, cost_im = _hinge_pair(sims, m, m)
     return _aggregate(cost_s, cost_im, negatives)
+
+
+def psi4_boundary(target_clean: Tensor, target_noisy: Tensor | None) -> float:
+    """``div`` of Psi4 (LNC Eq. 11): midpoint of the mean rectified label of the clean batch
+    and that of the noisy batch ("adaptively determined by average values of noisy and clean
+    subsets obtained by co-divide", LNC Sect. 3.4); the clean mean alone without a noisy batch.
+    """
+    clean = float(target_clean.mean())
+    div = clean if target_noisy is None else (clean + float(target_noisy.mean())) / 2
+    return min(max(div, 0.0), 1.0)
 
 
 def soft_margin(
@@ -222,7 +230,7 @@ def soft_margin(
     Raises:
         ValueError: on labels outside [0, 1], ``base <= 1``, a missing ``div`` for sigmoid, etc.
     """
-    check_choice(kind, _KINDS, "kind")
+    check_choice(kind, get_args(RecastKind), "kind")
     if not isinstance(labels, Tensor) or not labels.is_floating_point():
         raise ValueError("`labels` must be a floating-point tensor")
     if labels.numel() and bool((labels < 0).any() | (labels > 1).any() | labels.isnan().any()):
@@ -241,3 +249,22 @@ def soft_margin(
         raise ValueError(f"`div` must be a float in [0, 1] for kind='sigmoid', got {div}")
     slope = sigmoid_slope + sigmoid_slope_gain * (float(div) - 0.5)
     return alpha * torch.sigmoid(slope * (labels - float(div)))
+
+
+def ncr_soft_margins(target: Tensor, mode: NcrMarginMode, alpha: float = 0.2,
+                     kind: RecastKind = "exponential", base: float = 10.0,
+                     div: float | None = None) -> Tensor:
+    """Soft margins ``Psi(target)`` (LNC Eq. 11) shaped for NCR's margin ``mode`` (spec 4.2.7).
+
+    A ``(B,)`` target stays ``(B,)`` in ``per_sample`` mode (each anchor its own margin) and
+    becomes the code's ``(B, 1)`` column, indexed by the image row in both hinges, in the
+    ``official_*`` modes; ``official_2023``'s ``(B, B)`` labelled targets stay ``(B, B)``.
+    ``official_2021_fixed`` gives the fixed ``alpha`` as a ``(B, 1)`` column whatever the
+    targets: the code of 2021 built ``Psi(target)`` and then used its fixed margin.
+    """
+    check_choice(mode, get_args(NcrMarginMode), "mode")
+    if mode == "official_2021_fixed":
+        return torch.full((target.shape[0], 1), float(alpha), dtype=target.dtype,
+                          device=target.device)
+    m = soft_margin(target, alpha=alpha, kind=kind, base=base, div=div)
+    return m.unsqueeze(1) if mode != "per_sample" and m.dim() == 1 else m

@@ -12,7 +12,7 @@ with real noise (CC152K) has no ground truth, so there it stops with one error.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from ncl.data.contracts import RetrievalData, clean_mask_known, retrieval_data
 from ncl.errors import ConfigError
 from ncl.losses import infonce_loss, triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
+from ncl.training.passes import forward_batch
 
 
 def clean_only_mask(data: RetrievalData) -> np.ndarray:
@@ -43,17 +44,23 @@ def clean_only_mask(data: RetrievalData) -> np.ndarray:
 
 
 class _Baseline(RetrievalMethod):
-    """Shared ``clean_only`` handling."""
+    """Shared ``clean_only`` handling.
+
+    Args:
+        clean_only: train on the ground-truth clean pairs only (the "-C" oracle).
+        **kwargs: the options of :class:`~ncl.methods.base.RetrievalMethod` (``lr_update``,
+            ``grad_clip``, ``eval_shard_size``, ``select_warmup``).
+    """
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
-                 optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
-                 grad_clip: float = 2.0, eval_shard_size: int = 1000, clean_only: bool = False) -> None:
-        super().__init__(vocab_size=vocab_size, backbone=backbone, optimizer=optimizer, lr_update=lr_update,
-                         grad_clip=grad_clip, eval_shard_size=eval_shard_size)
+                 optimizer: OptimizerCallable = default_optimizer, clean_only: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(vocab_size, backbone, optimizer=optimizer, n_networks=1, **kwargs)
         self.clean_only = clean_only
         self._clean: Tensor | None = None
 
     def on_fit_start(self) -> None:
+        super().on_fit_start()
         if self.clean_only:
             data = retrieval_data(self.trainer, "model.init_args.clean_only")
             self._clean = torch.as_tensor(clean_only_mask(data), dtype=torch.bool)
@@ -74,7 +81,7 @@ class _Baseline(RetrievalMethod):
         batch = self.select(batch)
         if batch is None:
             return None
-        sims = self.batch_similarity(batch)  # (B, B)
+        sims = forward_batch(self.net, batch)  # (B, B)
         loss = self.loss(sims)
         self.log_train({"loss": loss}, batch_size=sims.shape[0])
         return loss
@@ -91,14 +98,10 @@ class Triplet(_Baseline):
     """
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
-                 optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
-                 grad_clip: float = 2.0, eval_shard_size: int = 1000, clean_only: bool = False,
-                 margin: float = 0.2, negatives: Literal["hardest", "sum"] = "hardest",
-                 warmup_epochs: int = 0) -> None:
-        super().__init__(vocab_size=vocab_size, backbone=backbone, optimizer=optimizer, lr_update=lr_update,
-                         grad_clip=grad_clip, eval_shard_size=eval_shard_size,
-                         clean_only=clean_only)
-        self.save_hyperparameters(ignore=["backbone", "optimizer"])
+                 optimizer: OptimizerCallable = default_optimizer, margin: float = 0.2,
+                 negatives: Literal["hardest", "sum"] = "hardest", warmup_epochs: int = 0,
+                 **kwargs: Any) -> None:
+        super().__init__(vocab_size, backbone, optimizer=optimizer, **kwargs)
 
     def loss(self, sims: Tensor) -> Tensor:
         hp = self.hparams
@@ -110,13 +113,9 @@ class InfoNCE(_Baseline):
     """Symmetric InfoNCE with temperature ``tau``; mean over the batch."""
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
-                 optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
-                 grad_clip: float = 2.0, eval_shard_size: int = 1000, clean_only: bool = False,
-                 tau: float = 0.05) -> None:
-        super().__init__(vocab_size=vocab_size, backbone=backbone, optimizer=optimizer, lr_update=lr_update,
-                         grad_clip=grad_clip, eval_shard_size=eval_shard_size,
-                         clean_only=clean_only)
-        self.save_hyperparameters(ignore=["backbone", "optimizer"])
+                 optimizer: OptimizerCallable = default_optimizer, tau: float = 0.05,
+                 **kwargs: Any) -> None:
+        super().__init__(vocab_size, backbone, optimizer=optimizer, **kwargs)
 
     def loss(self, sims: Tensor) -> Tensor:
         return infonce_loss(sims, tau=self.hparams.tau).mean()

@@ -25,11 +25,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from torch import Tensor, nn
 
 from ncl.errors import ConfigError, NclWarning
-from ncl.evaluation.combine import COMBINE_CHOICES, Combine, evidence, hierarchical_mean, resolve_combine
+from ncl.evaluation.combine import Combine, evidence, hierarchical_mean, resolve_combine
+from ncl.evaluation.metric import Embeddings, RetrievalEvaluation
+from ncl.evaluation.nonfinite import EvalSite, check_finite_embeddings, check_finite_similarities
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.training.distributed import rank_sharded_similarity
 from ncl.models.checkpoint import (
@@ -84,7 +85,7 @@ class Pretrained(RetrievalMethod):
                  combine: Combine = "auto", evidence_tau: float | None = None,
                  names: list[str] | None = None, ensemble_name: str | None = None,
                  eval_shard_size: int = 1000) -> None:
-        _check_options(backbones, checkpoints, combine, evidence_tau, names)
+        _check_options(backbones, checkpoints, evidence_tau, names)
         super().__init__(vocab_size, backbones[0], eval_shard_size=eval_shard_size)
         loaded = [_load_checkpoint(factory, path, vocab_size)
                   for factory, path in zip(backbones, checkpoints)]
@@ -96,6 +97,7 @@ class Pretrained(RetrievalMethod):
         self.model_sizes = tuple(len(m.nets) for m in loaded)
         self.taus = tuple(evidence_tau or m.tau for m in loaded for _ in m.nets)
         self.ensemble_name = ensemble_name or "+".join(self.model_names)
+        self.evaluation = RetrievalEvaluation(len(self.nets))
         if self.rule == "evidence":
             _check_logits(self.nets, self.network_names)
         _check_unique(self.system_names())
@@ -111,19 +113,17 @@ class Pretrained(RetrievalMethod):
         return rows + ([self.ensemble_name] if len(self.model_names) > 1 else [])
 
     # ------------------------------------------------------------------ evaluation
-    def compute_similarities(self, im_div: int) -> dict[str, Tensor]:
+    def similarities(self, emb: Embeddings, site: EvalSite) -> dict[str, Tensor]:
         """Every network's matrix, each multi-network model's mean and the ensemble.
 
         Matrices are (N_img, N_cap): float32 sigmoid scores, or float64 evidence; means are
         float64 (see :func:`ncl.evaluation.combine.hierarchical_mean`).
         """
-        lengths, n_img = self._evaluated_rows(im_div)
         matrices = []
         for k, (name, net) in enumerate(zip(self.network_names, self.nets)):
-            img = self._gathered(f"img{k}", "img_index")[:n_img]
-            cap = self._gathered(f"cap{k}", "cap_index")[: n_img * im_div]
-            self.check_finite_embeddings(name, img, cap, lengths)
-            matrices.append(self._network_matrix(k, net, img, cap, lengths))
+            img, cap = emb.image(k), emb.caption(k)
+            check_finite_embeddings(site, name, img, cap, emb.lengths)
+            matrices.append(self._network_matrix(k, net, img, cap, emb.lengths, site))
         groups, start = [], 0
         for size in self.model_sizes:
             groups.append(matrices[start:start + size])
@@ -135,27 +135,18 @@ class Pretrained(RetrievalMethod):
         values += [overall] if len(groups) > 1 else []
         return dict(zip(self.system_names(), values))
 
-    def _evaluated_rows(self, im_div: int) -> tuple[Tensor, int]:
-        """``(N_img * im_div,)`` caption lengths and ``N_img``: the images whose captions
-        were all encoded (as in :meth:`RetrievalMethod.compute_similarities`)."""
-        lengths = self._gathered("cap_len", "cap_index")
-        n_img = min(int(torch.cat(self._eval_store["img_index"]).max()) + 1, lengths.shape[0] // im_div)
-        if self.trainer.world_size > 1:  # other ranks encoded other rows: keep the full split
-            n_img = min(self._gathered("img0", "img_index").shape[0], lengths.shape[0] // im_div)
-        return lengths[: n_img * im_div], n_img
-
     def _network_matrix(self, k: int, net: nn.Module, img: Tensor, cap: Tensor,
-                        lengths: Tensor) -> Tensor:
+                        lengths: Tensor, site: EvalSite) -> Tensor:
         """Network ``k``'s (N_img, N_cap) matrix under :attr:`rule`."""
         name, shard = self.network_names[k], self.hparams.eval_shard_size
         if self.rule == "score":
             sims = rank_sharded_similarity(net.similarity, img, cap, lengths, shard, device=self.device,
                                            description=f"similarity ({name})")
-            self.check_finite_similarities(name, sims)
+            check_finite_similarities(site, name, sims)
             return sims
         logits = rank_sharded_similarity(net.similarity_logits, img, cap, lengths, shard,
                                          device=self.device, description=f"similarity logits ({name})")
-        self.check_finite_similarities(name, logits)
+        check_finite_similarities(site, name, logits)
         return evidence(logits, self.taus[k])
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
@@ -168,13 +159,11 @@ class Pretrained(RetrievalMethod):
 
 # ---------------------------------------------------------------------- loading
 def _check_options(backbones: Sequence[BackboneFactory], checkpoints: Sequence[str],
-                   combine: str, evidence_tau: float | None, names: Sequence[str] | None) -> None:
+                   evidence_tau: float | None, names: Sequence[str] | None) -> None:
     """One ConfigError for the first inconsistent option, and one listing missing files."""
     if not checkpoints or len(backbones) != len(checkpoints):
         raise ConfigError(f"model.backbones ({len(backbones)}) and model.checkpoints "
                           f"({len(checkpoints)}) must be non-empty lists of equal length")
-    if combine not in COMBINE_CHOICES:
-        raise ConfigError(f"model.combine must be one of {COMBINE_CHOICES}, got {combine!r}")
     if evidence_tau is not None and not evidence_tau > 0:
         raise ConfigError(f"model.evidence_tau must be > 0 (or null), got {evidence_tau!r}")
     if names is not None and len(names) != len(checkpoints):

@@ -13,7 +13,7 @@ MAE) so those rows can be reproduced with the same pipeline.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from lightning.pytorch.cli import OptimizerCallable
@@ -22,6 +22,7 @@ from torch import Tensor
 from ncl.data.samplers import METHOD_STREAM, epoch_seed
 from ncl.losses import RCL_ABLATION_REDUCTION, complementary_contrastive_loss, rcl_ablation_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod
+from ncl.training.passes import forward_batch
 
 
 def rcl_optimizer(params) -> torch.optim.Optimizer:  # noqa: ANN001 - parameters iterable
@@ -47,18 +48,17 @@ class RCL(RetrievalMethod):
         seed: seed of the generator that draws random negatives (``negative_ratio`` in
             (0, 1) and the single-negative ablations); ``None`` (default): the run's
             ``seed_everything``.
+        **kwargs: the options of :class:`~ncl.methods.base.RetrievalMethod` (``lr_update``,
+            ``grad_clip``, ``eval_shard_size``, ``select_warmup``).
     """
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
-                 optimizer: OptimizerCallable = rcl_optimizer, lr_update: int = 30,
-                 grad_clip: float = 2.0, eval_shard_size: int = 1000, tau: float = 0.05,
+                 optimizer: OptimizerCallable = rcl_optimizer, tau: float = 0.05,
                  loss: Literal["log", "exp", "gce", "tan", "mae"] = "log", q: float = 0.2,
                  negative_ratio: float = -1.0, eps: float = 1e-10,
                  ablation: Literal["none", "tr", "tr_hn", "cl", "nl", "mae_single"] = "none",
-                 margin: float = 0.2, seed: int | None = None) -> None:
-        super().__init__(vocab_size=vocab_size, backbone=backbone, optimizer=optimizer, lr_update=lr_update,
-                         grad_clip=grad_clip, eval_shard_size=eval_shard_size)
-        self.save_hyperparameters(ignore=["backbone", "optimizer"])
+                 margin: float = 0.2, seed: int | None = None, **kwargs: Any) -> None:
+        super().__init__(vocab_size, backbone, optimizer=optimizer, n_networks=1, **kwargs)
         self._generator: torch.Generator | None = None
 
     def on_train_epoch_start(self) -> None:
@@ -91,7 +91,7 @@ class RCL(RetrievalMethod):
         return per_sample.sum() if RCL_ABLATION_REDUCTION[hp.ablation] == "sum" else per_sample.mean()
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        sims = self.batch_similarity(batch)  # (B, B)
+        sims = forward_batch(self.net, batch)  # (B, B)
         loss = self.rcl_loss(sims)
         self.log_train({"loss": loss}, batch_size=sims.shape[0])
         return loss

@@ -1,155 +1,55 @@
 """ReCon (CVPR 2025): relation consistency learning with a three-way division into clean,
-locally associated and noisy pairs, as an ncl method. Paper-derived, no reference code: the
-authors published a data loader, an options file and a similarity module, never the training
-loop (spec 4.5, 3.7); every choice the paper leaves open is an option, listed with its reason in
-``docs/methods/recon.md``.
+locally associated and noisy pairs. Paper-derived, no reference code: the authors published a
+data loader, an options file and a similarity module, never the training loop (spec 4.5, 3.7);
+every choice the paper leaves open is an option, with its reason in ``docs/methods/recon.md``.
 
 One network (SGR or SAF; "ReCon-SGRAF" is the test-time average of a separately trained SGR and
-SAF). Epochs ``0 .. warmup_epochs - 1`` (``eta``) train the hinge triplet loss (Eq. 12). Every
-later epoch trains on a division (:class:`~ncl.division.three_way.ThreeWayDivision`) made
-from an eval-mode per-sample pass over the training set (:func:`division_values`: ``l^CM``,
-``L_IM``, ``p``): GMM on ``l^CM`` (Eq. 6), the split into ``D_c``/``D_l``/``D_n`` (Eq. 7-8),
-penalties (Eq. 9), momentum pseudo-labels (Eq. 10) and the final labels (Eq. 11). Each batch
-of the ordinary shuffled loader mixes the three subsets; every pair gets its subset's loss
-(Eq. 13-15, :func:`~ncl.losses.recon.relation_consistency_objective`).
+SAF). Epochs ``0 .. warmup_epochs - 1`` (``eta``) train the hinge triplet (Eq. 12). Every later
+epoch trains on a :class:`~ncl.division.three_way.ThreeWayDivision` made by
+:class:`~ncl.callbacks.division.GMMDivision` (at the end of the previous epoch, so that its
+checkpoint holds it, or at the epoch's start if missing): an eval-mode pass over the training
+set (:func:`~ncl.losses.recon_forward.division_values`: ``l^CM``, ``L_IM``, ``p``), the GMM on
+``l^CM`` (Eq. 6), then :meth:`ReCon.accept_division`: the split into ``D_c``/``D_l``/``D_n``
+(Eq. 7-8), penalties (Eq. 9), momentum pseudo-labels (Eq. 10) and final labels (Eq. 11). Each
+batch of the ordinary shuffled loader mixes the three subsets; every pair gets its subset's
+loss (Eq. 13-15, :func:`~ncl.losses.recon.relation_consistency_objective`).
 
-Who does what, and when (callbacks attached by :meth:`ReCon.configure_callbacks`):
-
-* :class:`~ncl.callbacks.recon_division.ThreeWayDivide`: ``on_train_epoch_end`` makes the
-  next epoch's division (so the epoch's checkpoint holds it), ``on_train_epoch_start`` makes
-  it if missing (a run whose ``max_epochs`` was raised on resume); both call
-  :meth:`ReCon.prepare_division`, which is idempotent.
-* :class:`~ncl.callbacks.recon_division.ThreeWayDiagnostics`, ``on_train_epoch_start``: sizes
-  of the subsets and, with the ground truth, the truly noisy pairs in each.
-
-State (checkpointed through :meth:`training_state`, identical on every rank): the latest
+State (checkpointed through :meth:`ReCon.training_state`, identical on every rank): the latest
 division and the pseudo-label table ``y~`` (a :class:`~ncl.training.state.PerSampleState`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import lightning as L
-import numpy as np
-import torch
-from lightning.pytorch.cli import OptimizerCallable
-from torch import Tensor, nn
+from torch import Tensor
 
-from ncl.callbacks.recon_division import ThreeWayDiagnostics, ThreeWayDivide
+from ncl.callbacks.division import GMMDivision
+from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, LabelView, LossView, PassSpec
+from ncl.callbacks.diagnostics import Diagnostics
+from ncl.division.stats import three_way_stats
 from ncl.data.contracts import retrieval_data
-from ncl.division import gmm_clean_probability
-from ncl.division.three_way import (
-    PseudoLabelInit,
-    PseudoLabelScope,
-    ThreeWayConfig,
-    ThreeWayDivision,
-    divide_three_way,
-    intra_modal_discrepancy,
-    penalty_factor,
-)
+from ncl.division.three_way import (PseudoLabelInit, PseudoLabelScope, ThreeWayConfig,
+                                    ThreeWayDivision, divide_three_way, intra_modal_discrepancy,
+                                    penalty_factor)
 from ncl.errors import ConfigError
 from ncl.losses import Negatives, triplet_loss
-from ncl.losses.recon import (
-    SUBSET_CLEAN,
-    SUBSET_LOCAL,
-    SUBSET_NOISY,
-    IntraModalTerms,
-    RelationKL,
-    RowReduction,
-    cross_modal_relation_loss,
-    intra_modal_relation_loss,
-    relation_consistency_objective,
-)
-from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
-from ncl.training.distributed import broadcast_
-from ncl.training.passes import PerSampleFn, per_sample_pass
-from ncl.training.plans import chunk
+from ncl.losses.recon import (SUBSET_CLEAN, SUBSET_LOCAL, SUBSET_NOISY, RelationKL, RowReduction,
+                              cross_modal_relation_loss, relation_consistency_objective)
+from ncl.losses.recon_forward import (RelationFeatures, RelationOptions, Score, check_backbone,
+                                      division_values, relation_forward)
+from ncl.methods.base import BackboneFactory, RetrievalMethod
+from ncl.training.schedule import step_decay
 from ncl.training.state import PerSampleState
 
-Score = Literal["logits", "sigmoid"]
-RelationFeatures = Literal["embeddings", "inputs"]
 PenaltySource = Literal["division", "step"]
 LrSchedule = Literal["after_warmup", "global"]
 Reduction = Literal["mean", "sum"]
 
-#: Stream id of the division pass's shuffle (:func:`numpy.random.default_rng` of
-#: ``(seed, epoch, stream)``); new here: plans use 1-4, samplers/augmentation 11-14, CRCL 21-22.
+#: Stream id of the division pass's shuffle (:func:`~ncl.training.passes.pass_order`);
+#: plans use 1-4, samplers/augmentation 11-14, CRCL 21-22.
 DIVISION_STREAM = 31
-
-
-@dataclass(frozen=True)
-class RelationOptions:
-    """How a batch is scored and its relations compared (paper-derived, no reference code,
-    except ``score``, whose default is the published similarity module's).
-
-    Attributes:
-        score: the similarity ``g``: SGRAF's raw ``logits`` (the published ReCon module) or
-            its ``sigmoid``.
-        features: what the relation matrices ``C_VV``, ``C_LL`` are computed from: the
-            fine-grained ``embeddings`` (region and word embeddings in the joint space) or
-            the ``inputs`` (region features and word vectors before the encoders). The
-            cross-modal correspondence always uses the embeddings (a common space).
-        temperature, kl, rows, detach_proxy: see
-            :func:`~ncl.losses.recon.intra_modal_relation_loss`.
-    """
-
-    score: Score = "logits"
-    features: RelationFeatures = "embeddings"
-    temperature: float = 1.0
-    kl: RelationKL = "symmetric"
-    rows: RowReduction = "mean"
-    detach_proxy: bool = False
-
-
-def relation_forward(net: nn.Module, batch: dict[str, Tensor], options: RelationOptions,
-                     relations: bool = True) -> tuple[Tensor, IntraModalTerms | None]:
-    """Encode a batch once; return its ``(B, B)`` scores and (optionally) ``L_IM`` per pair."""
-    extra = {"image_lengths": batch["image_lengths"]} if "image_lengths" in batch else {}
-    img = net.encode_images(batch["images"], **extra)  # (B, R, E)
-    cap = net.encode_captions(batch["tokens"], batch["lengths"])  # (B, L, E)
-    if img.dim() != 3 or cap.dim() != 3:
-        raise ConfigError("ReCon needs fine-grained region and word embeddings (B, R, E) and "
-                          "(B, L, E); model.backbone pools them (use SGR or SAF)")
-    score = net.similarity_logits if options.score == "logits" else net.similarity
-    sims = score(img, cap, batch["lengths"])  # (B, B)
-    if not relations:
-        return sims, None
-    region_features = word_features = None
-    if options.features == "inputs":
-        region_features = batch["images"]  # (B, R, D)
-        word_features = net.txt_enc.embed(batch["tokens"])  # (B, L, word_dim)
-    terms = intra_modal_relation_loss(
-        img.float(), cap.float(), batch["lengths"], region_lengths=batch.get("image_lengths"),
-        region_features=region_features, word_features=word_features,
-        temperature=options.temperature, kl=options.kl, rows=options.rows,
-        detach_proxy=options.detach_proxy)
-    return sims, terms
-
-
-def division_values(options: RelationOptions, tau: float) -> PerSampleFn:
-    """The per-sample function of the division pass: ``(B, 3)`` rows ``[l^CM, L_IM, p]``
-    (``l^CM`` with ``y = 1``, Sect. 3.3; ``p`` of Eq. 10)."""
-    def fn(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-        sims, terms = relation_forward(net, batch, options)
-        cm = cross_modal_relation_loss(sims.float(), None, tau)
-        return torch.stack([cm.loss, terms.loss.to(cm.loss), cm.prediction], dim=1)
-    return fn
-
-
-def division_batches(num_samples: int, batch_size: int, seed: int, epoch: int, rank: int = 0,
-                     world: int = 1) -> list[np.ndarray]:
-    """This rank's batches of the division pass: one shuffle per ``(seed, epoch)`` cut into
-    ``batch_size`` batches (``l^CM`` and ``p`` are batch softmaxes, so the batches matter; a
-    last batch of one joins the previous one), dealt whole to ranks (batch ``b`` to rank
-    ``b % world``), so the values do not depend on the number of processes."""
-    order = np.random.default_rng([seed, epoch, DIVISION_STREAM]).permutation(num_samples)
-    batches = chunk(order, batch_size, min_size=1)
-    if len(batches) > 1 and len(batches[-1]) < 2:
-        last = batches.pop()
-        batches[-1] = np.concatenate([batches[-1], last])
-    return batches[rank::world]
 
 
 class ReCon(RetrievalMethod):
@@ -160,26 +60,32 @@ class ReCon(RetrievalMethod):
     (``docs/methods/recon.md``, "Paper-derived choices", has the reasons and alternatives).
 
     Args:
-        vocab_size, backbone, eval_shard_size, grad_clip: as
-            :class:`~ncl.methods.base.RetrievalMethod`; the backbone must give fine-grained
-            embeddings (SGR/SAF) and, for ``score="logits"``, ``similarity_logits``.
-        optimizer: [PD] default Adam, lr 2e-4 (paper Sect. 4.2: "consistent with NCR"; the
-            published options file says lr 5e-4 with CRCL's scaffold).
-        lr_update: the learning rate is multiplied by 0.1 every ``lr_update`` epochs (NCR: 30
-            on F30K and CC152K, 10 on COCO).
+        vocab_size, backbone: as :class:`~ncl.methods.base.RetrievalMethod` (so are its
+            options); the backbone must give fine-grained embeddings (SGR/SAF) and, for
+            ``score="logits"``, ``similarity_logits``. [PD] The optimiser is Adam, lr 2e-4
+            (Sect. 4.2: "consistent with NCR"; the published options say 5e-4 with CRCL's
+            scaffold), ``lr_update`` NCR's (30 on F30K and CC152K, 10 on COCO); [PD]
+            ``select_warmup``: the shipped configs set true (the paper selects "the
+            checkpoints that achieved optimal performance on the validation set").
         warmup_epochs: ``eta`` (5), epochs of the triplet warm-up (Eq. 12).
         margin: ``gamma`` (0.2) of the warm-up triplet.
         warmup_negatives: [PD] Eq. 12's aggregation over in-batch negatives, ``sum`` as printed
             (``hardest``: VSE++; ``mean``: NCR's warm-up).
         tau: temperature of ``L_CM`` (paper 0.1; options file 0.05).
         xi: balance factor ``xi`` (5) of Eq. 13-14.
-        omega1, omega2: division thresholds (0.5, 0.5).
+        omega1: threshold of the GMM clean probability ``y^CM`` (0.5, Eq. 6-8).
+        omega2: threshold of the intra-modal discrepancy ``y^IM`` (0.5, Eq. 8).
         alpha: scale of the penalisation factor (0.1, Eq. 9).
         beta: pseudo-label momentum (0.6, Eq. 10).
         score: the similarity ``g``: raw SGRAF ``logits`` (the published ReCon module) or
             ``sigmoid``.
-        relation_features, relation_temperature, relation_kl, relation_rows, detach_proxy:
-            [PD] :class:`RelationOptions` (``embeddings``, 1.0, ``symmetric``, ``mean``, false).
+        relation_features: [PD] what ``C_VV``, ``C_LL`` are computed from: the fine-grained
+            ``embeddings`` or the encoders' ``inputs``
+            (:class:`~ncl.losses.recon_forward.RelationOptions`).
+        relation_temperature: [PD] temperature of the relation softmaxes (1.0).
+        relation_kl: [PD] ``symmetric`` or ``forward`` KL between relation matrices.
+        relation_rows: [PD] reduce the KL over rows by ``mean`` or ``sum``.
+        detach_proxy: [PD] no gradient through the proxy relations (false).
         pseudo_label_init: [PD] pseudo-labels before the first update (``prediction``).
         pseudo_label_scope: [PD] pairs Eq. 10 moves: ``noisy`` (as printed) or ``all``.
         xi_on_noisy: [PD] weigh ``D_n``'s ``L_CM`` by ``xi`` too (Eq. 15 does not: false).
@@ -191,15 +97,10 @@ class ReCon(RetrievalMethod):
         lr_schedule: [PD] ``after_warmup`` (NCR: warm-up epochs at lr0, then the step
             schedule counts the epochs after it) or ``global`` (counts from epoch 0).
         reduction: [PD] ``mean`` (the expected risks of Eq. 2 and 5) or ``sum`` over the batch.
-        select_warmup: [PD] whether a warm-up epoch may become the best checkpoint (true: the
-            paper selects "the checkpoints that achieved optimal performance on the validation
-            set"; false logs warm-up validation under ``val_warmup/*``, as NCR's code selects).
         diagnostics: log the division every epoch.
     """
 
-    def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
-                 optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
-                 grad_clip: float = 2.0, eval_shard_size: int = 1000, warmup_epochs: int = 5,
+    def __init__(self, vocab_size: int, backbone: BackboneFactory, *, warmup_epochs: int = 5,
                  margin: float = 0.2, warmup_negatives: Negatives = "sum", tau: float = 0.1,
                  xi: float = 5.0, omega1: float = 0.5, omega2: float = 0.5, alpha: float = 0.1,
                  beta: float = 0.6, score: Score = "logits",
@@ -211,34 +112,28 @@ class ReCon(RetrievalMethod):
                  xi_on_noisy: bool = False, penalty_source: PenaltySource = "division",
                  division_interval: int = 1, division_batch_size: int | None = None,
                  gmm_seed: int | None = 0, lr_schedule: LrSchedule = "after_warmup",
-                 reduction: Reduction = "mean", select_warmup: bool = True,
-                 diagnostics: bool = True) -> None:
-        _check_args(locals())
-        super().__init__(vocab_size=vocab_size, backbone=backbone, optimizer=optimizer,
-                         lr_update=lr_update, grad_clip=grad_clip,
-                         eval_shard_size=eval_shard_size, n_networks=1)
+                 reduction: Reduction = "mean", diagnostics: bool = True, **kwargs: Any) -> None:
+        super().__init__(vocab_size, backbone, n_networks=1, **kwargs)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
+        _check_ranges(self.hparams)
         self.relation = RelationOptions(score, relation_features, relation_temperature,
                                         relation_kl, relation_rows, detach_proxy)
         self.division_config = ThreeWayConfig(omega1, omega2, alpha, beta, pseudo_label_init,
                                               pseudo_label_scope)
-        _check_backbone(self.net, self.relation)
+        check_backbone(self.net, self.relation)
         # Training state (checkpointed, identical on every rank):
         self.division: ThreeWayDivision | None = None
         self.pseudo_labels = PerSampleState(1, fill=1.0)  # y~ (Eq. 10)
 
-    # ------------------------------------------------------------------ Lightning wiring
     def configure_callbacks(self) -> list[L.Callback]:
-        """The division, then its diagnostics: at an epoch start the division (if it was
-        missing) is made before it is logged."""
-        callbacks: list[L.Callback] = [ThreeWayDivide()]
+        """The division, then its diagnostics."""
+        callbacks: list[L.Callback] = [GMMDivision()]
         if self.hparams.diagnostics:
-            callbacks.append(ThreeWayDiagnostics())
+            callbacks.append(Diagnostics())
         return callbacks
 
     def setup(self, stage: str) -> None:
-        """For ``fit``: the pseudo-label table (ones, until the first division or a checkpoint
-        restores it)."""
+        """For ``fit``: the pseudo-label table (ones until the first division or a checkpoint)."""
         super().setup(stage)
         if stage != "fit":
             return
@@ -247,20 +142,18 @@ class ReCon(RetrievalMethod):
             self.pseudo_labels.reset(n)
 
     def is_warmup_epoch(self, epoch: int) -> bool:
-        """Epochs ``0 .. eta - 1`` (the base class's model-selection hook, ``select_warmup``)."""
         return epoch < self.hparams.warmup_epochs
 
     def lr_factor(self, epoch: int) -> float:
-        """``0.1 ** (e // lr_update)``: ``e`` counts the epochs after the warm-up (NCR) or all
-        of them (``lr_schedule="global"``)."""
+        """The step schedule, counting the epochs after the warm-up (NCR) or all of them
+        (``lr_schedule="global"``)."""
         hp = self.hparams
-        counted = epoch if hp.lr_schedule == "global" else max(epoch - hp.warmup_epochs, 0)
-        return 0.1 ** (counted // hp.lr_update)
+        start = 0 if hp.lr_schedule == "global" else hp.warmup_epochs
+        return step_decay(epoch, hp.lr_update, start)
 
-    # ------------------------------------------------------------------ division
-    def needs_division(self, epoch: int) -> bool:
-        """Whether ``epoch`` needs a division that ``self.division`` does not hold yet: after
-        the warm-up, every ``division_interval`` epochs (and whenever none exists)."""
+    # ------------------------------------------------------------------ division (GMMDivisible)
+    def division_due(self, epoch: int) -> bool:
+        """After the warm-up, every ``division_interval`` epochs (and whenever none exists)."""
         hp = self.hparams
         if epoch < hp.warmup_epochs:
             return False
@@ -269,41 +162,24 @@ class ReCon(RetrievalMethod):
         due = (epoch - hp.warmup_epochs) % hp.division_interval == 0
         return due and self.division.epoch < epoch
 
-    def prepare_division(self, epoch: int) -> bool:
-        """Make ``self.division`` epoch ``epoch``'s division if it needs one (idempotent;
-        called on every rank at the same hook): the pass (:meth:`division_pass`), the GMM on
-        ``l^CM`` (Eq. 6; rank 0's fit broadcast), then Eq. 7-11
-        (:func:`~ncl.division.three_way.divide_three_way`) with the previous pseudo-labels.
+    def division_pass(self, epoch: int) -> tuple[PassSpec, GMMSpec]:
+        """``[l^CM, L_IM, p]`` of every pair over one shuffle (paper-derived: the paper does not
+        say how the per-sample values are computed; this is NCR's co-divide pass, "settings
+        consistent with NCR"), and the GMM on ``l^CM`` (Eq. 6)."""
+        hp = self.hparams
+        batch_size = hp.division_batch_size or retrieval_data(self.trainer, "ReCon").batch_size
+        spec = PassSpec(division_values(self.relation, hp.tau), (0,), batch_size, True,
+                        DIVISION_STREAM, self.training_seed)
+        return spec, GMMSpec(column=0, seed=hp.gmm_seed)
 
-        Returns:
-            Whether a division was made now.
-        """
-        if not self.needs_division(epoch):
-            return False
-        cm_loss, im_loss, prediction = self.division_pass(epoch).unbind(dim=1)  # (N,) each
-        clean_prob = gmm_clean_probability(cm_loss, seed=self.hparams.gmm_seed)
-        broadcast_(clean_prob)  # rank 0's fit everywhere, whatever BLAS did
+    def accept_division(self, epoch: int, values: Tensor, clean_prob: Tensor) -> None:
+        """Eq. 7-11 (:func:`~ncl.division.three_way.divide_three_way`) on the ``(1, N, 3)``
+        values and ``(1, N)`` GMM probabilities, with the previous pseudo-labels."""
+        cm_loss, im_loss, prediction = values[0].float().unbind(dim=1)  # (N,) each
         previous = None if self.division is None else self.pseudo_labels.values[0]
-        self.division, pseudo = divide_three_way(epoch, cm_loss, im_loss, prediction, clean_prob,
+        self.division, pseudo = divide_three_way(epoch, cm_loss, im_loss, prediction, clean_prob[0],
                                                  previous, self.division_config)
         self.pseudo_labels.values[0] = pseudo
-        return True
-
-    def division_pass(self, epoch: int) -> Tensor:
-        """``(N, 3)`` rows ``[l^CM, L_IM, p]`` of every training pair (eval mode, no
-        augmentation, :func:`division_batches`), on the CPU, identical on every rank.
-        Paper-derived, no reference code: the paper does not say how the per-sample values
-        are computed; this is NCR's co-divide pass ("settings consistent with NCR")."""
-        hp, trainer = self.hparams, self.trainer
-        dm = retrieval_data(trainer, "ReCon")
-        pairs = dm.train_pairs()
-        batches = division_batches(len(pairs), hp.division_batch_size or dm.batch_size,
-                                   self.training_seed, epoch, trainer.global_rank,
-                                   trainer.world_size)
-        fn = division_values(self.relation, hp.tau)
-        values = per_sample_pass([self.net], pairs, [batches], fn, self.device,
-                                 getattr(dm, "num_workers", 0))
-        return values[0].float().cpu()
 
     def training_state(self) -> dict[str, Any]:
         return {"division": None if self.division is None else self.division.state(),
@@ -320,7 +196,7 @@ class ReCon(RetrievalMethod):
         return per_pair.mean() if self.hparams.reduction == "mean" else per_pair.sum()
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        if self.current_epoch < self.hparams.warmup_epochs:
+        if self.is_warmup_epoch(self.current_epoch):
             return self.warmup_step(batch)
         return self.relation_step(batch)
 
@@ -336,9 +212,7 @@ class ReCon(RetrievalMethod):
         """Eq. 13-15 on a batch mixing the division's three subsets (paper-derived, no
         reference code: one loader with per-pair labels, as Eq. 2's "contributions ...
         adjusted according to their corresponding supervisions y" reads)."""
-        hp = self.hparams
-        self.prepare_division(self.current_epoch)  # no-op: the callback made it
-        division = self.division
+        hp, division = self.hparams, self.division
         sims, im = relation_forward(self.net, batch, self.relation)  # (B, B), L_IM (B,)
         cm = cross_modal_relation_loss(sims.float(), None, hp.tau)
         index = batch["index"].cpu()
@@ -359,42 +233,37 @@ class ReCon(RetrievalMethod):
                        batch_size=subset.numel())
         return loss
 
-
-def _check_backbone(net: nn.Module, relation: RelationOptions) -> None:
-    """One ConfigError when the backbone lacks what the chosen options need."""
-    if relation.score == "logits" and not callable(getattr(net, "similarity_logits", None)):
-        raise ConfigError(f"model.score=logits needs a backbone with similarity_logits (SGR/SAF); "
-                          f"{type(net).__name__} has none: set model.score=sigmoid")
-    embed = getattr(getattr(net, "txt_enc", None), "embed", None)
-    if relation.features == "inputs" and not isinstance(embed, nn.Embedding):
-        raise ConfigError(f"model.relation_features=inputs reads the word vectors of "
-                          f"txt_enc.embed, which {type(net).__name__} lacks: use embeddings")
-
-
-_CHOICES = {"warmup_negatives": ("hardest", "sum", "mean"), "score": ("logits", "sigmoid"),
-            "relation_features": ("embeddings", "inputs"), "relation_kl": ("symmetric", "forward"),
-            "relation_rows": ("mean", "sum"),
-            "pseudo_label_init": ("prediction", "one", "clean_probability"),
-            "pseudo_label_scope": ("noisy", "all"), "penalty_source": ("division", "step"),
-            "lr_schedule": ("after_warmup", "global"), "reduction": ("mean", "sum")}
+    # ------------------------------------------------------------------ diagnostics
+    def epoch_diagnostics(self, epoch: int, true_clean: Tensor | None) -> EpochDiagnostics:
+        """The division in effect for ``epoch`` (made for it or for an earlier epoch): subset
+        sizes, ``D_n`` as the detected noise, the final labels, and ``l^CM`` with its GMM for
+        the epoch it was made for."""
+        division = self.division
+        if division is None or division.epoch > epoch:
+            return EpochDiagnostics()
+        losses = None
+        if division.epoch == epoch:
+            losses = LossView("division: loss l^CM and GMM (Eq. 6)",
+                              {self.network_names[0]: division.cm_loss}, self.hparams.gmm_seed)
+        labels = LabelView("ReCon final labels y_hat (Eq. 11)", division.labels,
+                           "final label y_hat (0 = noisy, 1 = clean)")
+        return EpochDiagnostics(three_way_stats(division, true_clean),
+                                {"D_n": division.subset != SUBSET_NOISY}, losses, [labels])
 
 
-def _check_args(args: dict[str, Any]) -> None:
+def _check_ranges(hp: Any) -> None:
     """Raise ConfigError (a ValueError) naming the offending ``model.*`` option."""
-    for name, allowed in _CHOICES.items():
-        if args[name] not in allowed:
-            raise ConfigError(f"model.{name} must be one of {allowed}, got {args[name]!r}")
     for name, least in (("warmup_epochs", 0), ("division_interval", 1)):
-        if int(args[name]) != args[name] or args[name] < least:
-            raise ConfigError(f"model.{name} must be an integer >= {least}, got {args[name]}")
+        if int(hp[name]) != hp[name] or hp[name] < least:
+            raise ConfigError(f"model.{name} must be an integer >= {least}, got {hp[name]}")
     for name in ("margin", "tau", "alpha", "relation_temperature"):
-        if not args[name] > 0:
-            raise ConfigError(f"model.{name} must be > 0, got {args[name]}")
-    if not args["xi"] >= 0:
-        raise ConfigError(f"model.xi must be >= 0, got {args['xi']}")
+        if not hp[name] > 0:
+            raise ConfigError(f"model.{name} must be > 0, got {hp[name]}")
+    if not hp.xi >= 0:
+        raise ConfigError(f"model.xi must be >= 0, got {hp.xi}")
     for name in ("omega1", "omega2", "beta"):
-        if not 0.0 <= args[name] <= 1.0:
-            raise ConfigError(f"model.{name} must lie in [0, 1], got {args[name]}")
-    size = args["division_batch_size"]
+        if not 0.0 <= hp[name] <= 1.0:
+            raise ConfigError(f"model.{name} must lie in [0, 1], got {hp[name]}")
+    size = hp.division_batch_size
     if size is not None and size < 2:
         raise ConfigError(f"model.division_batch_size must be >= 2 or null, got {size}")

@@ -3,12 +3,19 @@
 LNC reports the recall, precision and F1 of the *noisy* pairs its division finds, so the
 positive class here is NOISY. The ground-truth clean mask is a diagnostic only: it must never
 reach a method's loss (design notes, "Data conventions").
+
+The confusion counts come from torchmetrics' ``binary_stat_scores`` (positives = noisy). Its
+``binary_precision`` / ``binary_recall`` / ``binary_f1_score`` have our definitions (with
+``zero_division=0``, sklearn's), but divide in float32; the ratios are taken here from the
+exact counts in Python floats, so the reported numbers (``ncl predict``'s metrics file, the
+logs) keep every digit they had.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torchmetrics.functional.classification import binary_stat_scores
 
 
 def _check_masks(pred_clean: Tensor, true_clean: Tensor) -> None:
@@ -63,10 +70,7 @@ def detection_metrics(pred_clean: Tensor, true_clean: Tensor) -> dict[str, float
     _check_masks(pred_clean, true_clean)
     pred_noisy = ~pred_clean.reshape(-1)  # (N,)
     true_noisy = ~true_clean.reshape(-1).to(pred_noisy.device)  # (N,)
-    tp = int((pred_noisy & true_noisy).sum())
-    fp = int((pred_noisy & ~true_noisy).sum())
-    fn = int((~pred_noisy & true_noisy).sum())
-    tn = int((~pred_noisy & ~true_noisy).sum())
+    tp, fp, tn, fn, _ = (int(c) for c in binary_stat_scores(pred_noisy.long(), true_noisy.long()))
     n = tp + fp + fn + tn
     return {
         "precision": _ratio(tp, tp + fp),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torchmetrics.utilities.distributed import gather_all_tensors
 
 from ncl.evaluation.similarity import (SimFn, check_embeddings, iter_block_scores, place_blocks,
                                        rank_block_range, sharded_similarity, similarity_blocks)
@@ -42,6 +43,27 @@ def _comm_device(device: torch.device) -> torch.device:
     return torch.device("cpu")
 
 
+def all_gather_cat(values: Tensor) -> Tensor:
+    """Concatenate every rank's ``values`` along dim 0, in rank order, on every rank.
+
+    The one ragged all-gather of ncl: torchmetrics' ``gather_all_tensors`` (also what
+    :class:`~ncl.evaluation.metric.RetrievalEvaluation` syncs with) exchanges the shapes,
+    pads each rank's tensor to the largest, gathers and cuts the padding off again. Here it
+    runs on the backend's device (NCCL moves CUDA tensors only).
+
+    Args:
+        values: ``(n, ...)``, ``n`` may differ between ranks (0 included); the number of
+            dimensions and the dtype must be the same on every rank.
+
+    Returns:
+        ``(sum of n, ...)`` on the device of ``values``. Without a process group, ``values``.
+    """
+    if world_size() == 1:
+        return values
+    parts = gather_all_tensors(values.to(_comm_device(values.device)))
+    return torch.cat(parts).to(values.device)
+
+
 def all_gather_rows(index: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
     """Concatenate ``(index, values)`` rows from every rank, in rank order.
 
@@ -58,52 +80,7 @@ def all_gather_rows(index: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
                          f"and {tuple(values.shape)}")
     if world_size() == 1:
         return index, values
-    out_device = values.device
-    comm = _comm_device(values.device)
-    count = torch.tensor([index.shape[0]], device=comm)
-    counts = [torch.zeros_like(count) for _ in range(world_size())]
-    dist.all_gather(counts, count)
-    sizes = [int(c.item()) for c in counts]
-    width = max(sizes)
-    pad_index = torch.full((width,), -1, dtype=torch.long, device=comm)
-    pad_index[: index.shape[0]] = index.to(comm)
-    pad_values = torch.zeros((width, *values.shape[1:]), dtype=values.dtype, device=comm)
-    pad_values[: values.shape[0]] = values.to(comm)
-    all_index = [torch.empty_like(pad_index) for _ in sizes]
-    all_values = [torch.empty_like(pad_values) for _ in sizes]
-    dist.all_gather(all_index, pad_index)
-    dist.all_gather(all_values, pad_values)
-    index_out = torch.cat([t[:n] for t, n in zip(all_index, sizes)])
-    values_out = torch.cat([t[:n] for t, n in zip(all_values, sizes)])
-    return index_out.to(out_device), values_out.to(out_device)
-
-
-def all_gather_cat(values: Tensor) -> Tensor:
-    """Concatenate every rank's ``values`` along dim 0, in rank order, on every rank.
-
-    Ranks may hold different numbers of rows: the counts are exchanged first, each rank's
-    rows are padded to the largest count for ``all_gather`` (which needs equal sizes), and
-    the padding is cut off again.
-
-    Args:
-        values: ``(n, ...)``, ``n`` may differ between ranks (0 included); the trailing
-            shape and dtype must be the same on every rank.
-
-    Returns:
-        ``(sum of n, ...)`` on the device of ``values``. Without a process group, ``values``.
-    """
-    if world_size() == 1:
-        return values
-    comm = _comm_device(values.device)
-    count = torch.tensor([values.shape[0]], device=comm)
-    counts = [torch.zeros_like(count) for _ in range(world_size())]
-    dist.all_gather(counts, count)
-    sizes = [int(c.item()) for c in counts]
-    padded = torch.zeros((max(sizes), *values.shape[1:]), dtype=values.dtype, device=comm)
-    padded[: values.shape[0]] = values.to(comm)
-    parts = [torch.empty_like(padded) for _ in sizes]
-    dist.all_gather(parts, padded)
-    return torch.cat([t[:n] for t, n in zip(parts, sizes)]).to(values.device)
+    return all_gather_cat(index).to(values.device), all_gather_cat(values)
 
 
 @torch.no_grad()

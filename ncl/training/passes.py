@@ -151,7 +151,7 @@ def per_sample_pass(nets: Sequence[nn.Module], pairs: Dataset, batches: Sequence
         nets: the networks (eval mode during the pass; their modes are restored afterwards).
         pairs: the training pairs (items as :class:`~ncl.data.datasets.PairDataset`).
         batches: per network, the dataset-index batches *this rank* computes (every sample
-            must be covered by some rank; see :func:`ncl.training.plans.division_batches`).
+            must be covered by some rank; see :func:`deal_batches`).
         fn: the per-sample quantity.
         device: where the networks live.
         num_workers: DataLoader workers for reading the pairs.

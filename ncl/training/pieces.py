@@ -7,13 +7,12 @@ piece (spec 4.1, 4.4.3).
 
 The official ``--schedules K_0,K_1,...`` does not count the ``--warm_epoch`` freeze epochs:
 piece ``i`` runs ``K_i + warm_epoch`` epochs, so the paper's ``e_j`` (which includes the
-``e_f`` frozen epochs of Eq. 11) is ``K_{j-1} + warm_epoch``. :meth:`PieceSchedule.from_official`
-does that conversion. Everything here is 0-based.
+``e_f`` frozen epochs of Eq. 11) is ``K_{j-1} + warm_epoch`` (CRCL's default ``model.pieces``
+is ``OFFICIAL_SCHEDULES_TRAIN_SH`` so converted). Everything here is 0-based.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -40,9 +39,9 @@ class PieceSchedule:
         lengths: epochs per piece, each >= 1, at least one piece (a list is turned into a tuple).
 
     Example:
-        >>> s = PieceSchedule.from_official((5, 5, 5, 30), warm_epoch=2)
-        >>> s.lengths, s.total_epochs, s.locate(7)
-        ((7, 7, 7, 32), 53, PieceLocation(piece=1, epoch_in_piece=0))
+        >>> s = PieceSchedule((7, 7, 7, 32))
+        >>> s.total_epochs, s.starts, s.locate(7)
+        (53, (0, 7, 14, 21), PieceLocation(piece=1, epoch_in_piece=0))
     """
 
     lengths: tuple[int, ...]
@@ -54,19 +53,6 @@ class PieceSchedule:
         if any(int(n) != n or n < 1 for n in lengths):
             raise ValueError(f"every piece length must be an integer >= 1, got {lengths}")
         object.__setattr__(self, "lengths", tuple(int(n) for n in lengths))
-
-    @classmethod
-    def from_official(
-        cls, schedules: Sequence[int] = OFFICIAL_SCHEDULES, warm_epoch: int = OFFICIAL_WARM_EPOCH
-    ) -> PieceSchedule:
-        """The official ``--schedules`` and ``--warm_epoch``: piece ``i`` has ``K_i + warm`` epochs.
-
-        Raises:
-            ValueError: negative ``warm_epoch`` or a piece that would have no epoch.
-        """
-        if int(warm_epoch) != warm_epoch or warm_epoch < 0:
-            raise ValueError(f"`warm_epoch` must be an integer >= 0, got {warm_epoch}")
-        return cls(tuple(int(k) + int(warm_epoch) for k in schedules))
 
     @property
     def num_pieces(self) -> int:
@@ -98,15 +84,6 @@ class PieceSchedule:
             if epoch < start + n:
                 return PieceLocation(piece, epoch - start)
         raise AssertionError("unreachable: epoch was range-checked")
-
-    def is_piece_start(self, epoch: int) -> bool:
-        """True at the first epoch of every piece (re-initialise the model before it; also 0)."""
-        return self.locate(epoch).epoch_in_piece == 0
-
-    def is_piece_end(self, epoch: int) -> bool:
-        """True at the last epoch of every piece (the official code saves a checkpoint after it)."""
-        piece, within = self.locate(epoch)
-        return within == self.lengths[piece] - 1
 
     def _check_epoch(self, epoch: int) -> None:
         if int(epoch) != epoch or not 0 <= epoch < self.total_epochs:

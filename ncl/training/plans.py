@@ -23,9 +23,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ncl.data.datasets import Batch, collate
+from ncl.errors import TrainingError
 
 # Stream identifiers mixed into the seed so that every shuffle is an independent stream.
 WARMUP_STREAM, LABELLED_STREAM, UNLABELLED_STREAM, DIVISION_STREAM = 1, 2, 3, 4
@@ -147,26 +149,40 @@ def cotrain_plan(clean: Sequence[np.ndarray], batch_size: int, seed: int, epoch:
     return steps
 
 
-def division_batches(num_samples: int, batch_size: int, seed: int, epoch: int, net: int,
-                     shuffle: bool, rank: int = 0, world: int = 1) -> list[np.ndarray]:
-    """Batches of the per-sample-loss pass of one network (spec 4.2.4).
+def limit_steps(steps: list[Step], limit: int | float) -> list[Step]:
+    """Share an integer ``trainer.limit_train_batches`` evenly between networks A and B.
 
-    The batches are formed over the **whole** (optionally shuffled) training set first and
-    then dealt to ranks whole (batch ``b`` goes to rank ``b % world``), so every sample's
-    in-batch negatives, and therefore its loss, do not depend on the number of processes.
-    A last batch of one pair joins the batch before it (``batch_size + 1`` pairs). The
-    official code keeps it as a batch of its own, where the pair has no in-batch negative
-    and its loss is exactly 0, the lowest of all; on a small training set the GMM can then
-    call that one pair the only clean one and co-training gets no batch (reproduced with 305
-    pairs and batch 16). This affects one pair in epochs where ``N mod batch_size == 1``.
+    The plan runs all of A's steps before B's, so Lightning's own cut would otherwise leave B
+    untrained. A fractional limit is left to Lightning (it truncates B first).
     """
-    order = np.arange(num_samples)
-    if shuffle:
-        order = rng_for(seed, epoch, DIVISION_STREAM, net).permutation(num_samples)
-    batches = chunk(order, batch_size, min_size=1)
-    if len(batches) > 1 and len(batches[-1]) == 1:
-        batches = [*batches[:-2], np.concatenate(batches[-2:])]
-    return batches[rank::world]
+    if not isinstance(limit, int) or limit >= len(steps):
+        return steps
+    per_net, taken, kept = math.ceil(limit / 2), [0, 0], []
+    for step in steps:
+        if taken[step.net] < per_net:
+            kept.append(step)
+            taken[step.net] += 1
+    return kept
+
+
+def check_cotraining_possible(clean: Tensor, epoch: int) -> None:
+    """Raise one clear error when the co-divide left no network a batch to train on.
+
+    Args:
+        clean: ``(K, N)`` bool, network ``k``'s clean pairs (trained on by its peer).
+        epoch: the epoch, for the message.
+
+    Without this Lightning would end ``fit`` quietly ("no training batches", exit 0), which
+    looks like a finished run.
+    """
+    counts = [int(c.sum()) for c in clean]
+    if all(n < 2 for n in counts):
+        kept = ", ".join(f"{n}" for n in counts)
+        raise TrainingError(
+            f"NCR/LNC epoch {epoch}: the co-divide called {kept} of {clean.shape[1]} pairs clean "
+            f"(per network); co-training needs at least 2 to form a batch. The division has "
+            f"collapsed (see division/* in metrics.csv): more warm-up epochs, a lower learning "
+            f"rate or a larger training set usually help.")
 
 
 class IndexBatches(Dataset):

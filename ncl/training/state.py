@@ -31,7 +31,8 @@ from ncl.training.distributed import all_gather_rows
 UpdateRule = Callable[[Tensor, Tensor], Tensor]
 
 
-def _overwrite(old: Tensor, new: Tensor) -> Tensor:
+def overwrite(old: Tensor, new: Tensor) -> Tensor:
+    """The rule that stores the new values as they are (in the table's dtype)."""
     return new.to(old.dtype)
 
 
@@ -72,7 +73,7 @@ class PerSampleState:
         return self._table()[row, index.cpu()].to(index.device)
 
     def scatter(self, row: int, index: Tensor, values: Tensor,
-                update: UpdateRule = _overwrite) -> None:
+                update: UpdateRule = overwrite) -> None:
         """Apply ``update(old, values)`` to ``row`` at ``index``, with every rank's rows.
 
         Args:

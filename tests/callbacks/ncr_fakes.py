@@ -9,6 +9,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ncl.training.division import mean_hinge
+from ncl.training.passes import PassSpec
+from ncl.training.plans import DIVISION_STREAM
+
 
 class FakePairs(torch.utils.data.Dataset):
     """``n`` pairs with a 1-region 4-d image and a 3-token caption; item like PairDataset's."""
@@ -84,21 +88,27 @@ def tiny_sgraf(seed: int) -> nn.Module:
                  similarity_strategy="chunked")
 
 
+def ncr_pass(seed: int = 5, batch_size: int = 8, shuffle: bool = True) -> PassSpec:
+    """NCR's co-divide pass (mean hinge, margin 0.2, one shuffle per network)."""
+    return PassSpec(mean_hinge(0.2), (0, 1), batch_size, shuffle, DIVISION_STREAM, seed,
+                    per_net_shuffle=True)
+
+
 def ddp_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     """One gloo process: division, gradient averaging and momentum sync; saves its results."""
     import torch.distributed as dist
 
-    from ncl.training.division import divide, division_losses
-    from ncl.training.distributed import average_gradients
     from ncl.division import momentum_update
+    from ncl.training.distributed import average_gradients
+    from ncl.training.division import divide
+    from ncl.training.passes import run_pass
     from ncl.training.state import PerSampleState
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         nets = [tiny_sgraf(0), tiny_sgraf(1)]
-        losses = division_losses(nets, SgrafPairs(37), batch_size=8, seed=5, epoch=2,
-                                 device=torch.device("cpu"), rank=rank, world=world)
+        losses = run_pass(ncr_pass(), nets, SgrafPairs(37), 2, torch.device("cpu"), rank, world)
         prob, clean = divide(losses, gmm_seed=0)
         np.random.seed(rank)  # different global RNG per rank: only the broadcast makes them agree
         prob_global, _ = divide(losses, gmm_seed=None)

@@ -1,8 +1,9 @@
-"""When CRCL's callbacks run, with a real Trainer: SelfRefiningPieces re-initialises in
-``on_train_epoch_start`` at piece boundaries only (before the module's hook), LabelCorrection
-writes a step's labels in ``on_train_batch_end`` and prepares the paper rule's next-epoch labels
-in ``on_train_epoch_end`` (before the checkpoint) or, when a checkpoint lacks them, at the next
-epoch start; LabelDiagnostics reads the labels before the paper rule replaces them."""
+"""When the refinement and self-refining callbacks run, with a real Trainer: SelfRefining
+re-initialises in ``on_train_epoch_start`` at piece boundaries only (before the module's hook),
+MomentumRefinement writes a step's values in ``on_train_batch_end`` (with the method's rule)
+and prepares the next epoch's in ``on_train_epoch_end`` (before the checkpoint) or, when a
+checkpoint lacks them, at the next epoch start; CRCL's labels, re-initialisation and restarted
+schedule through them."""
 
 from __future__ import annotations
 
@@ -13,46 +14,56 @@ import pytest
 import torch
 from torch import nn
 
-from ncl.callbacks import LabelCorrection, LabelDiagnostics, SelfRefiningPieces, label_stats
+from ncl.division.stats import label_stats
+from ncl.callbacks.protocols import Refinable
+from ncl.callbacks.refinement import MomentumRefinement
+from ncl.callbacks.self_refining import SelfRefining, fresh_weights
 from ncl.data.datamodule import SyntheticDataModule
+from ncl.errors import ConfigError
 from ncl.methods.crcl import CRCL
 from ncl.models.sgraf import SGRAF
-from ncl.training.pieces import PieceSchedule
+from ncl.training.state import PerSampleState
 
 TINY = dict(img_dim=16, num_regions=6, word_dim=8, embed_size=16, sim_dim=8,
             similarity_strategy="chunked")  # dropout on: reseeded per epoch
 
 
 class _Recorder(L.LightningModule):
-    """A fake piecewise, labelled method that records every event, in order."""
+    """A fake refinable, rebuildable method that records every event, in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, when: str = "step") -> None:
         super().__init__()
-        self.layer = nn.Linear(2, 1)
-        self.schedule = PieceSchedule((2, 2))
+        self.save_hyperparameters()
+        self.hparams.vocab_size = 0
+        self.nets = nn.ModuleList([nn.Linear(2, 1)])
+        self.training_seed = 0
         self.events: list[tuple[str, int]] = []
-        self.label_snapshot = None
-        self.table = torch.ones(8)
+        self.table = PerSampleState(1, fill=1.0)
+        self.table.reset(8)
 
-    def location(self, epoch: int | None = None):  # noqa: ANN201 - PieceLocation
-        return self.schedule.locate(self.current_epoch if epoch is None else epoch)
+    def backbone_factory(self, vocab_size: int) -> nn.Module:
+        self.events.append(("factory", self.current_epoch))
+        return nn.Linear(2, 1)
 
-    def start_piece(self, piece: int, optimizers: list) -> bool:
-        self.events.append(("start_piece", piece))
-        assert len(optimizers) == 1
-        return True
+    # Refinable
+    def refinement_table(self) -> PerSampleState:
+        return self.table
 
-    def apply_label_update(self, index: torch.Tensor, stored: torch.Tensor) -> None:
-        self.events.append(("label_update", self.current_epoch))
-        self.table[index] = stored
+    def refinement_when(self) -> str:
+        return self.hparams.when
 
-    def prepare_labels(self, epoch: int) -> bool:
-        self.events.append(("prepare", epoch))
+    def refinement_rule(self):  # noqa: ANN201 - the momentum rule, beta 0.5
+        return lambda old, new: 0.5 * old + 0.5 * new
+
+    def refinement_due(self, epoch: int) -> bool:
+        self.events.append(("due", epoch))
         return False
 
-    def corrected_labels(self) -> torch.Tensor:
-        self.events.append(("diagnostics", self.current_epoch))
-        return self.table.clone()
+    def refinement_pass(self, epoch: int):  # noqa: ANN201
+        raise AssertionError("never due")
+
+    def accept_refinement(self, epoch: int, values: torch.Tensor) -> None:
+        raise AssertionError("never due")
 
     def train_dataloader(self) -> torch.utils.data.DataLoader:
         return torch.utils.data.DataLoader(torch.arange(8), batch_size=4)
@@ -62,11 +73,11 @@ class _Recorder(L.LightningModule):
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> dict:
         self.events.append(("step", self.current_epoch))
-        loss = self.layer(torch.ones(len(batch), 2)).sum()
-        return {"loss": loss, "label_update": (batch, torch.full((len(batch),), 0.5))}
+        loss = self.nets[0](torch.ones(len(batch), 2)).sum()
+        return {"loss": loss, "refine": (0, batch, torch.zeros(len(batch)))}
 
     def on_train_batch_end(self, outputs: dict, batch: torch.Tensor, batch_idx: int) -> None:
-        self.events.append(("module_batch_end", int(self.table[batch[0]] == 0.5)))
+        self.events.append(("module_batch_end", int(self.table.values[0, batch[0]] * 100)))
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         self.events.append(("save", self.current_epoch))
@@ -75,7 +86,7 @@ class _Recorder(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
     def configure_callbacks(self) -> list[L.Callback]:
-        return [SelfRefiningPieces(), LabelDiagnostics(), LabelCorrection()]
+        return [SelfRefining([2, 2]), MomentumRefinement()]
 
 
 def _trainer(tmp_path: Path, max_epochs: int, **kwargs) -> L.Trainer:  # noqa: ANN003
@@ -86,22 +97,52 @@ def _trainer(tmp_path: Path, max_epochs: int, **kwargs) -> L.Trainer:  # noqa: A
 
 def test_callbacks_run_in_their_hooks(tmp_path: Path) -> None:
     module = _Recorder()
+    assert isinstance(module, Refinable)
     ckpt = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path, filename="{epoch}", save_top_k=-1)
     _trainer(tmp_path, 4, callbacks=[ckpt]).fit(module)
     events = module.events
-    # epoch 0: the paper fallback (a no-op here), the module's own start hook, two steps each
-    # followed by the label write (before the module's batch-end hook), then diagnostics, the
-    # next epoch's labels, and only then the checkpoint
-    assert events[:10] == [("prepare", 0), ("module_epoch_start", 0), ("step", 0),
-                           ("label_update", 0), ("module_batch_end", 1), ("step", 0),
-                           ("label_update", 0), ("module_batch_end", 1), ("diagnostics", 0),
-                           ("prepare", 1)]
-    assert events[10] == ("save", 0)
-    # re-initialisation at the one boundary (epoch 2 = piece 1), before the module reseeds
-    assert [e for e in events if e[0] == "start_piece"] == [("start_piece", 1)]
-    at = events.index(("start_piece", 1))
-    assert events[at - 1] == ("save", 1) and events[at + 2] == ("module_epoch_start", 2)
-    assert ("prepare", 4) not in events  # no labels for an epoch that will not run
+    # per step: the rule (0.5 old + 0.5 new) is applied before the module's batch-end hook,
+    # once per step (1 -> 0.5 in epoch 0, -> 0.25 in epoch 1); a per-step method has no pass
+    assert events[:7] == [("module_epoch_start", 0), ("step", 0), ("module_batch_end", 50),
+                          ("step", 0), ("module_batch_end", 50), ("save", 0),
+                          ("module_epoch_start", 1)]
+    assert ("module_batch_end", 25) in events and not any(e[0] == "due" for e in events)
+    # re-initialisation at the one boundary (epoch 2 = piece 1), before the module's hook
+    assert [e for e in events if e[0] == "factory"] == [("factory", 2)]
+    at = events.index(("factory", 2))
+    assert events[at - 1] == ("save", 1) and events[at + 1] == ("module_epoch_start", 2)
+
+
+def test_per_epoch_refinement_is_asked_at_epoch_end_and_start(tmp_path: Path) -> None:
+    module = _Recorder("epoch")
+    ckpt = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path, filename="{epoch}", save_top_k=-1)
+    _trainer(tmp_path, 2, callbacks=[ckpt]).fit(module)
+    events = [e for e in module.events if e[0] in ("due", "save", "module_epoch_start")]
+    # the fallback at every epoch start, the next epoch's at every epoch end before the
+    # checkpoint, none for an epoch that will not run; no per-step writes
+    assert events == [("due", 0), ("module_epoch_start", 0), ("due", 1), ("save", 0),
+                      ("due", 1), ("module_epoch_start", 1), ("save", 1)]
+    assert torch.equal(module.table.values, torch.ones(1, 8))
+
+
+def test_callbacks_name_a_method_without_their_protocol(tmp_path: Path) -> None:
+    class Plain(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(2, 1)
+
+        def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+            return self.layer(torch.ones(len(batch), 2)).sum()
+
+        def train_dataloader(self) -> torch.utils.data.DataLoader:
+            return torch.utils.data.DataLoader(torch.arange(4), batch_size=4)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    for callback, name in ((MomentumRefinement(), "Refinable"), (SelfRefining([1, 1]), "ncl method")):
+        with pytest.raises(ConfigError, match=name):
+            _trainer(tmp_path, 1, callbacks=[callback]).fit(Plain())
 
 
 def _data(cache: Path) -> SyntheticDataModule:
@@ -128,6 +169,7 @@ class _Weights(L.Callback):
         self.at_start: dict[int, list[torch.Tensor]] = {}
         self.at_first_batch: dict[int, list[torch.Tensor]] = {}
         self.optimizer_state: dict[int, int] = {}
+        self.lr: dict[int, float] = {}
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.at_start[trainer.current_epoch] = [p.detach().clone() for p in pl_module.parameters()]
@@ -138,6 +180,7 @@ class _Weights(L.Callback):
             epoch = trainer.current_epoch
             self.at_first_batch[epoch] = [p.detach().clone() for p in pl_module.parameters()]
             self.optimizer_state[epoch] = len(trainer.optimizers[0].state)
+            self.lr[epoch] = trainer.optimizers[0].param_groups[0]["lr"]
 
 
 def test_real_crcl_reinitialises_at_boundaries_only(tmp_path: Path, synthetic_cache: Path,
@@ -151,15 +194,18 @@ def test_real_crcl_reinitialises_at_boundaries_only(tmp_path: Path, synthetic_ca
         pairs = zip(weights.at_start[epoch], weights.at_first_batch[epoch])
         assert all(torch.equal(a, b) for a, b in pairs)
         assert weights.optimizer_state[epoch] > 0
-    # the boundary: fresh weights (as start_piece(1) builds them), empty optimiser state
+    # the boundary: fresh weights (as fresh_weights(piece 1) builds them), empty optimiser state
     assert weights.optimizer_state[2] == 0
     reference = _crcl(vocab)
     reference._training_seed = module.training_seed
-    reference.start_piece(1, [])
+    fresh_weights(reference, 1)
     assert all(torch.equal(a, b) for a, b in zip(reference.parameters(), weights.at_first_batch[2]))
-    assert module.initialised_piece == 1
+    (refining,) = [c for c in trainer.callbacks if isinstance(c, SelfRefining)]
+    assert refining.initialised_piece == 1
     assert bool((module.labels.values < 1).any())  # the official rule moved the labels per step
-    # LambdaLR's last step: 2 epochs past the last piece's start
+    # lr_update 1: the step schedule restarts in every piece; LambdaLR's last step is 2 epochs
+    # past the last piece's start
+    assert weights.lr == pytest.approx({0: 2e-3, 1: 2e-4, 2: 2e-3, 3: 2e-4})
     assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(2e-3 * 0.01)
 
 

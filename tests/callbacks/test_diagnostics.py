@@ -1,15 +1,12 @@
-"""Division diagnostics (ncl.callbacks.diagnostics; LNC Table 7, Fig. 5b)."""
+"""Division diagnostics (ncl.division.stats; LNC Table 7)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from callbacks.ncr_fakes import bimodal_losses
 
-from ncl.training.division import Division, divide
-from ncl.callbacks.diagnostics import division_stats, plot_division
+from ncl.division.stats import division_stats
+from ncl.training.division import Division
 
 
 def _division(keep: bool = False) -> Division:
@@ -39,13 +36,3 @@ def test_stats_without_ground_truth_and_name_check() -> None:
     assert set(stats) == {"division/A/clean", "division/A/noisy", "division/B/clean", "division/B/noisy"}
     with pytest.raises(ValueError, match="names"):
         division_stats(_division(), ["A"])
-
-
-@pytest.mark.parametrize("with_truth", [True, False])
-def test_figure_is_written(tmp_path: Path, with_truth: bool) -> None:
-    losses, truth = bimodal_losses(n=300)
-    losses = torch.stack([losses, losses.flip(0)])
-    prob, clean = divide(losses)
-    division = Division(1, losses, prob, clean)
-    out = plot_division(division, ["A", "B"], tmp_path / "fig" / "d.png", truth if with_truth else None)
-    assert out.is_file() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,4 +1,4 @@
-"""Run figures (ncl.figures, pure) and the Figures callback (ncl.callbacks.figures), down to a
+"""Run figures (ncl.plots, pure) and the Figures callback (ncl.callbacks.figures), down to a
 tiny NCR run through the real CLI whose figures folder is checked."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from matplotlib.patches import Rectangle
 from scipy.stats import norm
 
-from ncl.callbacks.figures import Figures, _label_panels, _prune, rsum_series
+from ncl.callbacks.figures import Figures, _prune, detection_scores, loss_panels, rsum_series
+from ncl.callbacks.protocols import EpochDiagnostics, LossView
 from ncl.cli import main
-from ncl.figures import (
+from ncl.plots import (
     GmmParams,
     LabelPanel,
     LossPanel,
@@ -175,11 +176,10 @@ def test_save_is_atomic(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- callback glue
-def test_rsum_series_reads_only_this_validations_kind() -> None:
-    metrics = {"val/rsum": torch.tensor(10.0), "val_A/rsum": 5.0, "val_warmup/rsum": 1.0,
-               "val_warmup_B/rsum": 2.0, "val/rsum_selected": 3.0, "val/i2t_r1": 4.0}
-    assert rsum_series(metrics, warmup=False) == {"val/rsum": 10.0, "val_A/rsum": 5.0}
-    assert rsum_series(metrics, warmup=True) == {"val/rsum": 1.0, "val_B/rsum": 2.0}
+def test_rsum_series_reads_every_network_and_not_the_selection_key() -> None:
+    metrics = {"val/rsum": torch.tensor(10.0), "val_A/rsum": 5.0, "val_B/rsum": 2.0,
+               "val/rsum_selected": -1.0, "val/i2t_r1": 4.0}
+    assert rsum_series(metrics) == {"val/rsum": 10.0, "val_A/rsum": 5.0, "val_B/rsum": 2.0}
 
 
 def test_prune_keeps_newest_by_epoch_number(tmp_path: Path) -> None:
@@ -198,13 +198,17 @@ def test_options_are_checked() -> None:
         Figures(keep_last=0)
 
 
-def test_label_panels_follow_the_method() -> None:
-    trainer = SimpleNamespace(datamodule=None)  # no ground truth
-    crcl_like = SimpleNamespace(corrected_labels=lambda: torch.tensor([0.0, 0.5, 1.0]))
-    panels = _label_panels(trainer, crcl_like, None, 0)
-    assert len(panels) == 1 and panels[0].true_clean is None
-    np.testing.assert_allclose(panels[0].values, [0.0, 0.5, 1.0])
-    assert _label_panels(trainer, SimpleNamespace(), None, 0) == []  # e.g. RCL: nothing
+def test_detection_and_loss_panels_from_epoch_diagnostics() -> None:
+    truth = torch.tensor([True, True, False, False])
+    diag = EpochDiagnostics(detection={"A": torch.tensor([True, False, False, True])},
+                            losses=LossView("co-divide", {"A": torch.tensor([0.0, 1.0, 3.0, 4.0])}))
+    # noisy pairs are the positives: predicted noisy {1, 2}, truly noisy {2, 3}
+    assert detection_scores(diag, truth) == {"A": {"precision": 0.5, "recall": 0.5, "f1": 0.5}}
+    assert detection_scores(diag, None) == {}  # no ground truth (real noise): nothing scored
+    [panel] = loss_panels(diag.losses, truth)
+    np.testing.assert_allclose(panel.losses, [0.0, 0.25, 0.75, 1.0])  # min-max, as the GMM saw
+    assert panel.title == "network A" and panel.gmm is not None
+    assert panel.true_clean.tolist() == [True, True, False, False]
 
 
 def test_state_round_trip() -> None:
@@ -256,25 +260,10 @@ def test_ncr_run_writes_its_figures(tmp_path: Path, synthetic_cache: Path) -> No
     state = last_checkpoint(folder)["callbacks"]["Figures"]
     assert state["warmup_epochs"] == [0]
     assert state["rsum"]["val/rsum"] == pytest.approx(
-        {**per_epoch(folder, "val_warmup/rsum"), **per_epoch(folder, "val/rsum")})
+        per_epoch(folder, "val/rsum"))
     for net in "AB":
         logged = per_epoch(folder, f"division/{net}/f1")
         assert sorted(logged) == [1, 2]
         assert {e: s["f1"] for e, s in state["detection"][net].items()} == pytest.approx(logged)
     with open(folder / "metrics.csv") as handle:  # nothing else was added to the metrics
         assert not any(k.startswith("figures") for k in csv.DictReader(handle).fieldnames or [])
-
-
-def test_method_label_names_lnc() -> None:
-    from types import SimpleNamespace
-
-    from ncl.callbacks.figures import method_label
-
-    class NCR:  # only the class name and the hparams are read
-        def __init__(self, **hparams) -> None:
-            self.hparams = dict(hparams)
-
-    assert method_label(NCR()) == "NCR"
-    assert method_label(NCR(momentum_regularization=True)) == "LNC"
-    assert method_label(NCR(noise_abandon=True)) == "LNC"
-    assert method_label(SimpleNamespace(hparams={})) == "SimpleNamespace"

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from ncl.callbacks import diagnostics
-from ncl.callbacks.diagnostics import DivisionDiagnostics, _ground_truth
-from ncl.callbacks.labels import LabelDiagnostics
+from ncl.callbacks.diagnostics import Diagnostics, ground_truth
+from ncl.callbacks.protocols import EpochDiagnostics
+from ncl.division.stats import division_stats, label_stats
 from ncl.training.division import Division
 
 N = 6
@@ -62,22 +63,24 @@ def _trainer(known: bool | None) -> SimpleNamespace:
 
 def test_ground_truth_is_none_without_it_and_said_once(infos: list[str]) -> None:
     trainer = _trainer(known=False)
-    assert _ground_truth(trainer, N) is None
-    assert _ground_truth(trainer, N) is None
+    assert ground_truth(trainer, N) is None
+    assert ground_truth(trainer, N) is None
     assert len(infos) == 1 and "real noise" in infos[0] and "skipped" in infos[0]
-    assert _ground_truth(_trainer(known=False), N) is None and len(infos) == 2  # a new run: said again
+    assert ground_truth(_trainer(known=False), N) is None and len(infos) == 2  # a new run: said again
 
 
 @pytest.mark.parametrize("known", [True, None])
 def test_ground_truth_when_known(infos: list[str], known: bool | None) -> None:
-    assert torch.equal(_ground_truth(_trainer(known), N), torch.as_tensor(TRUTH))
+    assert torch.equal(ground_truth(_trainer(known), N), torch.as_tensor(TRUTH))
     assert infos == []
 
 
 @pytest.mark.parametrize("known", [False, True])
 def test_division_diagnostics(infos: list[str], known: bool) -> None:
-    module = _Module()
-    DivisionDiagnostics().on_train_epoch_start(_trainer(known), module)
+    module = _Module()  # an NCR-like epoch_diagnostics: division_stats of its division
+    module.epoch_diagnostics = lambda epoch, truth: EpochDiagnostics(
+        division_stats(module.division, module.network_names, truth))
+    Diagnostics().on_train_batch_start(_trainer(known), module, None, 0)
     assert module.logged["division/A/clean"] == 4  # sizes are logged either way
     assert ("division/A/f1" in module.logged) is known
     assert ("division/B/precision" in module.logged) is known
@@ -86,8 +89,10 @@ def test_division_diagnostics(infos: list[str], known: bool) -> None:
 
 @pytest.mark.parametrize("known", [False, True])
 def test_label_diagnostics(infos: list[str], known: bool) -> None:
-    module = _Module()
-    LabelDiagnostics().on_train_epoch_end(_trainer(known), module)
+    module = _Module()  # a CRCL-like epoch_diagnostics: label_stats of its labels
+    labels = module.corrected_labels()
+    module.epoch_diagnostics = lambda epoch, truth: EpochDiagnostics(label_stats(labels, truth))
+    Diagnostics().on_train_batch_start(_trainer(known), module, None, 0)
     assert "labels/all/mean" in module.logged
     assert ("labels/noisy_f1" in module.logged) is known
     assert ("labels/clean/mean" in module.logged) is known

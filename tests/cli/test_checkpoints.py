@@ -48,7 +48,7 @@ class _Declining(L.LightningModule):
         return self.layer(batch[0]).pow(2).mean()
 
     def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
-        self.log("val/rsum", 100.0 - self.current_epoch)
+        self.log("val/rsum_selected", 100.0 - self.current_epoch)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.1)
@@ -85,11 +85,10 @@ def test_cli_trainer_writes_checkpoints_atomically(synthetic_cache: Path) -> Non
     assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
 
 
-# The validation key a best checkpoint may monitor, per method: val/rsum, except for methods
-# that log a selection-aware copy of it. CRCL logs val/rsum_selected (equal to val/rsum, or -1
-# outside the last piece with model.selection: last_piece, the official selection), so that
-# switching the selection rule needs no change to the checkpoint callback.
-SELECTION_KEYS = {"ncl.methods.crcl.CRCL": "val/rsum_selected"}
+# The key every best checkpoint monitors: val/rsum_selected, the rSum of an epoch that may be
+# selected and -1 otherwise (a warm-up epoch, an epoch outside CRCL's last piece with
+# model.selection: last_piece), logged by every method (ncl.evaluation.selection).
+SELECTED_KEY = "val/rsum_selected"
 
 
 def test_every_training_config_keeps_a_last_checkpoint() -> None:
@@ -99,7 +98,6 @@ def test_every_training_config_keeps_a_last_checkpoint() -> None:
         ckpts = [c.get("init_args", {}) for c in callbacks if c["class_path"].endswith("ModelCheckpoint")]
         if not ckpts:
             continue  # evaluation-only configs
-        key = SELECTION_KEYS.get(loaded["model"]["class_path"], "val/rsum")
-        assert any(c.get("monitor") == key for c in ckpts), config.name
+        assert any(c.get("monitor") == SELECTED_KEY for c in ckpts), config.name
         assert any(c.get("monitor") is None and c.get("filename") == "last" for c in ckpts), config.name
         assert not any(c.get("save_last") and c.get("monitor") for c in ckpts), config.name

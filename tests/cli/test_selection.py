@@ -1,28 +1,33 @@
-"""Model selection skips warm-up epochs (NCR/LNC; CRCL in tests/methods/test_crcl_cli.py).
+"""Model selection keeps warm-up epochs out of the best checkpoint (NCR/LNC here; CRCL's
+``selection`` in tests/methods/test_crcl_cli.py), through the real CLI on tiny synthetic data.
 
 The official NCR code validates after its warm-up but keeps the best checkpoint among the
-co-training epochs only (spec 4.2.3, 5.5). With ``select_warmup: false`` a warm-up epoch's
-validation goes to ``val_warmup/*``; the monitored ``val/rsum`` exists only afterwards, and
-Lightning's ModelCheckpoint (which raises when its monitor is missing after a validation) is
-told to skip those epochs. Checked through the real CLI on tiny synthetic data.
+co-training epochs only (spec 4.2.3, 5.5). Every epoch logs ``val/rsum`` (and ``val_<net>/*``);
+``val/rsum_selected``, which the best checkpoint monitors, is the rSum of a selectable epoch
+and -1 for an excluded one (``select_warmup: false``), so a warm-up epoch never outranks a
+co-training one.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 import torch
 
 from ncl.cli import main
-from tiny_runs import metric_rows, run_folder, save_config
+from ncl.errors import NclWarning
+from ncl.evaluation.selection import UNSELECTED_RSUM, check_selection_monitor
+from tiny_runs import metric_rows, per_epoch, run_folder, save_config
 
 BACKBONE = {"module_name": "SAF", "img_dim": 16, "num_regions": 6, "word_dim": 8,
             "embed_size": 16, "sim_dim": 8, "dropout": 0.0, "similarity_strategy": "chunked"}
 
 
-def write_config(root: Path, cache: Path, select_warmup: bool, max_epochs: int) -> Path:
-    """Tiny NCR, 2 warm-up epochs; every validation epoch that may be selected is kept
-    (``save_top_k: -1``), so a warm-up checkpoint would show up as a file."""
+def write_config(root: Path, cache: Path, select_warmup: bool, max_epochs: int, top_k: int) -> Path:
+    """Tiny NCR, 2 warm-up epochs; the best ``top_k`` epochs by ``val/rsum_selected`` are kept."""
     cfg = {
         "seed_everything": 0,
         "trainer": {"accelerator": "cpu", "devices": 1, "max_epochs": max_epochs,
@@ -31,8 +36,8 @@ def write_config(root: Path, cache: Path, select_warmup: bool, max_epochs: int) 
                     "default_root_dir": str(root / "runs"),
                     "callbacks": [
                         {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                         "init_args": {"monitor": "val/rsum", "mode": "max", "save_top_k": -1,
-                                       "filename": "best-{epoch}"}},
+                         "init_args": {"monitor": "val/rsum_selected", "mode": "max",
+                                       "save_top_k": top_k, "filename": "best-{epoch}"}},
                         {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                          "init_args": {"filename": "last", "enable_version_counter": False}}]},
         "model": {"class_path": "ncl.methods.ncr.NCR",
@@ -46,36 +51,60 @@ def write_config(root: Path, cache: Path, select_warmup: bool, max_epochs: int) 
     return save_config(root, cfg)
 
 
-def epochs_with(folder: Path, key: str) -> list[int]:
-    return sorted(int(r["epoch"]) for r in metric_rows(folder) if r.get(key))
+def best_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in (folder / "checkpoints").glob("best-*.ckpt"))
+
+
+def best_state(folder: Path) -> dict:
+    """The state of the checkpoint callback that monitors ``val/rsum_selected``."""
+    last = torch.load(folder / "checkpoints" / "last.ckpt", weights_only=False)
+    return next(v for k, v in last["callbacks"].items() if "val/rsum_selected" in k)
 
 
 def test_warmup_epochs_are_never_selected(tmp_path: Path, synthetic_cache: Path) -> None:
-    main(["fit", "--config", str(write_config(tmp_path, synthetic_cache, False, 4))])
+    """Two slots for the best: they go to the two co-training epochs, whatever the warm-up's
+    rSum, while every epoch's validation is logged under the same keys."""
+    main(["fit", "--config", str(write_config(tmp_path, synthetic_cache, False, 4, top_k=2))])
     folder = run_folder(tmp_path)
-    assert epochs_with(folder, "val_warmup/rsum") == [0, 1]
-    assert epochs_with(folder, "val_warmup_A/rsum") == [0, 1]
-    assert epochs_with(folder, "val/rsum") == [2, 3]  # the monitored key: co-training only
-    assert epochs_with(folder, "val_B/rsum") == [2, 3]
-    checkpoints = folder / "checkpoints"
-    assert sorted(p.name for p in checkpoints.glob("best-*.ckpt")) == [
-        "best-epoch=2.ckpt", "best-epoch=3.ckpt"]
-    last = torch.load(checkpoints / "last.ckpt", weights_only=False)
-    assert last["epoch"] == 3
-    best = next(v for k, v in last["callbacks"].items() if "val/rsum" in k)
-    assert Path(best["best_model_path"]).name in ("best-epoch=2.ckpt", "best-epoch=3.ckpt")
+    rsum, selected = per_epoch(folder, "val/rsum"), per_epoch(folder, "val/rsum_selected")
+    assert sorted(rsum) == sorted(per_epoch(folder, "val_A/rsum")) == [0, 1, 2, 3]
+    assert selected == {0: UNSELECTED_RSUM, 1: UNSELECTED_RSUM, 2: rsum[2], 3: rsum[3]}
+    assert not any(k.startswith("val_warmup") for k in metric_rows(folder)[0])  # one set of keys
+    assert best_files(folder) == ["best-epoch=2.ckpt", "best-epoch=3.ckpt"]
+    state = best_state(folder)
+    assert Path(state["best_model_path"]).name in ("best-epoch=2.ckpt", "best-epoch=3.ckpt")
+    assert float(state["best_model_score"]) == max(rsum[2], rsum[3])
 
 
-def test_warmup_only_run_writes_last_but_no_best(tmp_path: Path, synthetic_cache: Path) -> None:
-    """A run that ends inside the warm-up: no monitored key at all, no error, last.ckpt only."""
-    main(["fit", "--config", str(write_config(tmp_path, synthetic_cache, False, 1))])
+def test_warmup_only_run_has_no_selectable_epoch(tmp_path: Path, synthetic_cache: Path) -> None:
+    """A run that ends inside the warm-up: val/rsum is logged, val/rsum_selected is -1 (its
+    best checkpoint scores below any epoch that may be selected), no error."""
+    main(["fit", "--config", str(write_config(tmp_path, synthetic_cache, False, 1, top_k=1))])
     folder = run_folder(tmp_path)
-    assert epochs_with(folder, "val/rsum") == [] and epochs_with(folder, "val_warmup/rsum") == [0]
-    assert sorted(p.name for p in (folder / "checkpoints").glob("*.ckpt")) == ["last.ckpt"]
+    assert sorted(per_epoch(folder, "val/rsum")) == [0]
+    assert per_epoch(folder, "val/rsum_selected") == {0: UNSELECTED_RSUM}
+    assert float(best_state(folder)["best_model_score"]) == UNSELECTED_RSUM
 
 
 def test_select_warmup_true_selects_among_all_epochs(tmp_path: Path, synthetic_cache: Path) -> None:
-    main(["fit", "--config", str(write_config(tmp_path, synthetic_cache, True, 3))])
+    main(["fit", "--config", str(write_config(tmp_path, synthetic_cache, True, 3, top_k=-1))])
     folder = run_folder(tmp_path)
-    assert epochs_with(folder, "val/rsum") == [0, 1, 2] and epochs_with(folder, "val_warmup/rsum") == []
-    assert len(list((folder / "checkpoints").glob("best-*.ckpt"))) == 3
+    rsum = per_epoch(folder, "val/rsum")
+    assert sorted(rsum) == [0, 1, 2] and per_epoch(folder, "val/rsum_selected") == rsum
+    assert len(best_files(folder)) == 3
+
+
+def _trainer(monitor: str, max_epochs: int = 4) -> SimpleNamespace:
+    return SimpleNamespace(max_epochs=max_epochs,
+                           checkpoint_callbacks=[SimpleNamespace(monitor=monitor), SimpleNamespace(monitor=None)])
+
+
+def test_monitoring_val_rsum_with_excluded_epochs_warns() -> None:
+    warmup = lambda epoch: epoch >= 2  # noqa: E731 - epochs 0 and 1 are not selectable
+    with pytest.warns(NclWarning, match=r"monitors val/rsum, .* epochs 0, 1 may not be selected"):
+        check_selection_monitor(_trainer("val/rsum"), warmup)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_selection_monitor(_trainer("val/rsum_selected"), warmup)  # the configs' key
+        check_selection_monitor(_trainer("val/rsum"), lambda epoch: True)  # nothing excluded
+        check_selection_monitor(_trainer("val/rsum", max_epochs=-1), warmup)  # no end: no list

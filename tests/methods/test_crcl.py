@@ -13,8 +13,9 @@ from ncl.data.datasets import collate
 from ncl.division import filter_confident_noise
 from ncl.errors import ConfigError
 from ncl.losses import active_complementary_loss, average_matching_probability
-from ncl.methods.crcl import CRCL, UNSELECTED_RSUM, crcl_optimizer, estimate_batches
+from ncl.methods.crcl import CRCL, ESTIMATE_STREAM, crcl_optimizer
 from ncl.models.sgraf import SGRAF
+from ncl.training.passes import deal_batches, pass_order
 
 
 def _backbone(vocab: int) -> SGRAF:
@@ -43,8 +44,7 @@ def _at_epoch(monkeypatch: pytest.MonkeyPatch, epoch: int) -> None:
     ({"pieces": []}, "pieces"), ({"pieces": [2, 0]}, "pieces"), ({"pieces": [1.5]}, "pieces"),
     ({"freeze_epochs": -1}, "freeze_epochs"), ({"rule": "paper", "freeze_epochs": 0}, "freeze_epochs"),
     ({"tau": 0.0}, "tau"), ({"weight": -1.0}, "weight"), ({"q": 1.5}, "q"),
-    ({"form": "code"}, "form"), ({"rule": "epoch"}, "rule"), ({"momentum": 1.2}, "momentum"),
-    ({"threshold": -0.1}, "threshold"), ({"selection": "best"}, "selection"),
+    ({"momentum": 1.2}, "momentum"), ({"threshold": -0.1}, "threshold"),
     ({"estimate_batch_size": 1}, "estimate_batch_size"), ({"lr_update": 0}, "lr_update"),
 ])
 def test_bad_options_raise_config_error_naming_the_option(kwargs: dict, name: str) -> None:
@@ -63,15 +63,14 @@ def test_defaults_are_the_official_ones() -> None:
     assert isinstance(opt, torch.optim.AdamW)
     assert opt.defaults["lr"] == 5e-4 and opt.defaults["weight_decay"] == 0.01
     names = [type(cb).__name__ for cb in model.configure_callbacks()]
-    assert names == ["SelfRefiningPieces", "LabelDiagnostics", "LabelCorrection"]
+    assert names == ["SelfRefining", "Diagnostics", "MomentumRefinement"]
     assert [type(cb).__name__ for cb in _model(diagnostics=False).configure_callbacks()] == [
-        "SelfRefiningPieces", "LabelCorrection"]
-
-
-def test_lr_factor_restarts_in_every_piece() -> None:
-    model = _model(pieces=[3, 4], lr_update=2)
-    factors = [model.lr_factor(e) for e in range(8)]  # 7 = what LambdaLR asks after the last
-    assert factors == pytest.approx([1, 1, 0.1, 1, 1, 0.1, 0.1, 0.01])
+        "SelfRefining", "MomentumRefinement"]
+    assert model.configure_callbacks()[0].schedule.lengths == (7, 7, 7, 32)
+    assert model.refinement_when() == "step" and _model(rule="paper").refinement_when() == "epoch"
+    # base options arrive through **kwargs and are saved with the others
+    assert (hp.grad_clip, hp.eval_shard_size) == (2.0, 1000)
+    assert CRCL(30, _backbone, grad_clip=0.5).hparams.grad_clip == 0.5
 
 
 def test_training_step_is_acl_with_the_corrected_labels(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,10 +86,10 @@ def test_training_step_is_acl_with_the_corrected_labels(monkeypatch: pytest.Monk
     y_hat = torch.where(y < 0.1, torch.zeros_like(y), y)
     expected = active_complementary_loss(sims, y_hat, 0.05, 5.0).mean()
     assert torch.allclose(out["loss"], expected, atol=1e-6)
-    index, stored = out["label_update"]
-    assert index.tolist() == [0, 1, 2, 3] and torch.allclose(stored, y_hat)
+    row, index, stored = out["refine"]
+    assert row == 0 and index.tolist() == [0, 1, 2, 3] and torch.allclose(stored, y_hat)
     assert model.labels.values[0, 1] == pytest.approx(0.05)  # written by the callback, not here
-    model.apply_label_update(index, stored)
+    model.refinement_table().scatter(row, index, stored, model.refinement_rule())
     assert torch.allclose(model.labels.values[0, :4], y_hat)
 
 
@@ -138,90 +137,84 @@ def test_paper_rule_updates_once_per_epoch_from_the_estimate(monkeypatch: pytest
     model = _model(n=3, rule="paper", pieces=[3, 3], freeze_epochs=1)
     estimates = {1: torch.tensor([0.9, 0.05, 0.5]), 2: torch.tensor([0.5, 0.5, 0.0]),
                  4: torch.tensor([1.0, 0.0, 0.5])}
-    calls: list[int] = []
 
-    def fake_estimates(epoch: int) -> torch.Tensor:
-        calls.append(epoch)
-        return estimates[epoch]
+    def refine(epoch: int) -> bool:  # what MomentumRefinement does with the pass's values
+        if not model.refinement_due(epoch):
+            return False
+        model.accept_refinement(epoch, estimates[epoch])
+        return True
 
-    monkeypatch.setattr(model, "matching_estimates", fake_estimates)
-    assert not model.prepare_labels(0)  # frozen epoch: nothing to compute
-    assert model.prepare_labels(1)  # piece 0, t = e_f + 1: reset to the estimate (Eq. 11)
+    assert not refine(0)  # frozen epoch: nothing to compute
+    assert refine(1)  # piece 0, t = e_f + 1: reset to the estimate (Eq. 11)
     assert model.labels.values[0].tolist() == pytest.approx([0.9, 0.05, 0.5])
-    assert not model.prepare_labels(1)  # already there (label_epoch)
-    assert model.prepare_labels(2)  # momentum; the table keeps the unthresholded value
+    assert not refine(1)  # already there (label_epoch)
+    assert refine(2)  # momentum; the table keeps the unthresholded value
     assert model.labels.values[0].tolist() == pytest.approx([0.82, 0.14, 0.4])
-    assert not model.prepare_labels(3)  # piece 1, frozen: the labels carry over
-    assert model.prepare_labels(4)
+    assert not refine(3)  # piece 1, frozen: the labels carry over
+    assert refine(4)
     assert model.labels.values[0].tolist() == pytest.approx([0.856, 0.112, 0.42])
-    assert calls == [1, 2, 4] and model.label_epoch == 4
-    assert not model.prepare_labels(6)  # past the schedule
+    assert model.label_epoch == 4
+    assert not refine(6)  # past the schedule
     _at_epoch(monkeypatch, 4)
     y_hat, _ = model.loss_labels(torch.tensor([0, 1, 2]), None)
     assert y_hat.tolist() == pytest.approx([0.856, 0.112, 0.42])
 
 
-def test_estimate_batches_cover_every_sample_for_any_world() -> None:
-    single = estimate_batches(37, 8, seed=3, epoch=2)
-    assert [len(b) for b in single] == [8, 8, 8, 8, 5]
-    assert sorted(np.concatenate(single).tolist()) == list(range(37))
-    merged = estimate_batches(33, 8, seed=3, epoch=2)  # a last batch of one joins the previous
-    assert [len(b) for b in merged] == [8, 8, 8, 9]
-    ranks = [estimate_batches(37, 8, 3, 2, rank, 2) for rank in range(2)]
-    dealt = sorted((ranks[b % 2][b // 2].tolist() for b in range(5)), key=lambda x: x[0])
-    assert dealt == sorted((b.tolist() for b in single), key=lambda x: x[0])
-    assert not np.array_equal(np.concatenate(single), np.concatenate(estimate_batches(37, 8, 3, 3)))
+def test_estimate_pass_is_one_shuffle_per_epoch_in_training_size_batches(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _model(rule="paper", freeze_epochs=1, estimate_batch_size=8)
+    spec = model.refinement_pass(2)
+    assert (spec.nets, spec.batch_size, spec.shuffle, spec.per_net_shuffle) == ((0,), 8, True, False)
+    assert (spec.stream, spec.seed) == (ESTIMATE_STREAM, 7)
+    order = pass_order(spec, 37, 2, 0)  # the batches of the estimate pass before issue 23
+    assert np.array_equal(order, np.random.default_rng([7, 2, ESTIMATE_STREAM]).permutation(37))
+    assert [len(b) for b in deal_batches(order[:33], 8)] == [8, 8, 8, 9]  # no batch of one
+    batch = _batch([0, 1, 2, 3])
+    sims = model.net(batch["images"], batch["tokens"], batch["lengths"])
+    assert torch.equal(spec.fn(model.net, batch), average_matching_probability(sims, 0.05, "official"))
+    default = _model(rule="paper", freeze_epochs=1)
+    default._trainer = SimpleNamespace(datamodule=SimpleNamespace(batch_size=16))
+    monkeypatch.setattr("ncl.methods.crcl.retrieval_data", lambda trainer, who: trainer.datamodule)
+    assert default.refinement_pass(2).batch_size == 16
 
 
-def test_start_piece_is_seeded_and_keeps_parameters_and_clears_optimizer() -> None:
-    model = _model()
-    params = list(model.net.parameters())
-    before = [p.detach().clone() for p in params]
-    opt = torch.optim.AdamW(params, lr=1e-3)
-    batch = _batch([0, 1, 2])
-    model.net(batch["images"], batch["tokens"], batch["lengths"]).sum().backward()
-    opt.step()
-    assert opt.state
-    torch.manual_seed(123)
-    rng_before = torch.get_rng_state()
-    assert model.start_piece(1, [opt])
-    assert torch.equal(torch.get_rng_state(), rng_before)  # the global stream is untouched
-    after = list(model.net.parameters())
-    assert all(a is b for a, b in zip(after, params))  # same Parameter objects
-    assert not opt.state and opt.param_groups[0]["params"][0] is params[0]
-    assert any(not torch.equal(a, b) for a, b in zip(after, before))
-    assert model.initialised_piece == 1 and not model.start_piece(1, [opt])  # idempotent
-
-    other = _model()  # same seed, another global stream: the same fresh weights
-    torch.manual_seed(999)
-    other.start_piece(1, [])
-    assert all(torch.equal(a, b) for a, b in zip(other.net.parameters(), model.net.parameters()))
-    other.start_piece(2, [])  # another piece: other weights
-    assert any(not torch.equal(a, b) for a, b in zip(other.net.parameters(), model.net.parameters()))
-    reseeded = _model()
-    reseeded._training_seed = 8
-    reseeded.start_piece(1, [])
-    assert any(not torch.equal(a, b) for a, b in zip(reseeded.net.parameters(), model.net.parameters()))
+def test_epoch_diagnostics_report_the_corrected_labels(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _model(n=4, pieces=[2, 2])
+    model.labels.values[0] = torch.tensor([1.0, 0.05, 0.4, 0.9])
+    monkeypatch.setattr("ncl.methods.base.RetrievalMethod.on_train_epoch_start", lambda self: None)
+    _at_epoch(monkeypatch, 2)
+    model.start_labels = {0: torch.ones(4), 1: torch.tensor([1.0, 1.0, 1.0, 0.0])}
+    model.on_train_epoch_start()  # keeps what epoch 2 starts with, and epoch 1's
+    assert sorted(model.start_labels) == [1, 2]
+    truth = torch.tensor([True, False, False, True])
+    diag = model.epoch_diagnostics(2, truth)
+    assert diag.scalars["crcl/piece"] == 1 and diag.scalars["crcl/epoch_in_piece"] == 0
+    assert diag.scalars["labels/flips"] == 3 and diag.scalars["labels/all/zero"] == 1
+    assert diag.scalars["labels/noisy_recall"] == 1.0
+    assert diag.detection["y_hat < 0.5"].tolist() == [True, False, False, True]
+    assert torch.equal(diag.labels[0].values, torch.tensor([1.0, 0.0, 0.4, 0.9]))
+    assert model.epoch_diagnostics(2, truth).scalars == diag.scalars  # no side effect
+    assert not _model(n=4, diagnostics=False).epoch_diagnostics(0, None).scalars
 
 
 def test_selection_and_training_state_round_trip() -> None:
-    model = _model(pieces=[2, 2], selection="last_piece")
+    model = _model(pieces=[2, 2], selection="last_piece", freeze_epochs=1)
     model._trainer = SimpleNamespace(max_epochs=4)
     assert [model.selectable(e) for e in range(4)] == [False, False, True, True]
-    model._trainer = SimpleNamespace(max_epochs=2)  # a run cut short: its last piece counts
-    assert [model.selectable(e) for e in range(2)] == [True, True]
+    model._trainer = SimpleNamespace(max_epochs=2)  # a run cut short: its last piece counts,
+    assert [model.selectable(e) for e in range(2)] == [False, True]  # its warm-up does not
     model._trainer = None
-    assert UNSELECTED_RSUM < 0
 
     model.labels.values[0, 3] = 0.25
-    model.label_epoch, model.initialised_piece = 5, 2
-    model.label_snapshot = torch.zeros(20)
+    model.label_epoch, model.start_labels = 5, {3: torch.zeros(20)}
     state = model.training_state()
     fresh = _model(pieces=[2, 2])
     fresh.load_training_state(state)
     assert torch.equal(fresh.labels.values, model.labels.values)
-    assert (fresh.label_epoch, fresh.initialised_piece) == (5, 2)
-    assert torch.equal(fresh.label_snapshot, torch.zeros(20))
+    assert fresh.label_epoch == 5 and torch.equal(fresh.start_labels[3], torch.zeros(20))
+    old = {"labels": state["labels"], "label_epoch": 5, "initialised_piece": 1, "label_snapshot": None}
+    fresh.load_training_state(old)  # a checkpoint of ncl before issue 23
+    assert fresh.label_epoch == 5 and fresh.start_labels == {}
     assert filter_confident_noise(fresh.labels.values[0]).shape == (20,)
 
 

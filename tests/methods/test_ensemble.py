@@ -40,12 +40,13 @@ def _similarities(method: Pretrained) -> dict[str, torch.Tensor]:
     """Run the method's evaluation steps over :func:`_split` and return its matrices."""
     images, tokens, lengths = _split()
     method.eval()
-    method._trainer = SimpleNamespace(world_size=1)  # what compute_similarities reads
+    split = SimpleNamespace(im_div=PER)  # what evaluate reads from the test split
+    method._trainer = SimpleNamespace(testing=True, datamodule=SimpleNamespace(test_data=split))
     method.on_test_epoch_start()
     with torch.no_grad():
-        method._eval_step({"index": torch.arange(N_IMG), "images": images}, 0)
-        method._eval_step({"index": torch.arange(N_IMG * PER), "tokens": tokens, "lengths": lengths}, 1)
-        return method.compute_similarities(PER)
+        method.test_step({"index": torch.arange(N_IMG), "images": images}, 0, 0)
+        method.test_step({"index": torch.arange(N_IMG * PER), "tokens": tokens, "lengths": lengths}, 0, 1)
+        return method.evaluate(["1k"]).similarities
 
 
 def _direct(net: SGRAF, logits: bool = False) -> torch.Tensor:
@@ -88,8 +89,8 @@ def test_resolve_combine() -> None:
     assert resolve_combine("auto", [True, False]) == "score"
     assert resolve_combine("score", [True]) == "score"
     assert resolve_combine("evidence", [False]) == "evidence"
-    with pytest.raises(ValueError, match="combine must be one of"):
-        resolve_combine("sum", [True])
+    with pytest.raises(ValueError, match="one flag per checkpoint"):
+        resolve_combine("auto", [])
 
 
 def test_default_names_tell_equal_file_names_apart(tmp_path: Path) -> None:
@@ -190,8 +191,6 @@ def test_missing_and_unknown_files(tmp_path: Path) -> None:
         Pretrained(VOCAB, [partial(SGRAF, **DIMS)], [str(odd)])
     with pytest.raises(ConfigError, match="model.names"):
         Pretrained(VOCAB, [partial(SGRAF, **DIMS)], [str(good)], names=["a", "b"])
-    with pytest.raises(ConfigError, match="model.combine"):
-        Pretrained(VOCAB, [partial(SGRAF, **DIMS)], [str(good)], combine="sum")  # type: ignore[arg-type]
 
 
 def test_repeated_row_names_are_refused(tmp_path: Path) -> None:

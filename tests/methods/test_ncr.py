@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from callbacks.ncr_fakes import SgrafPairs
 
-from ncl.callbacks.momentum import MomentumTargets
+from ncl.callbacks.refinement import MomentumRefinement
 from ncl.data.datasets import collate
-from ncl.division import memorization_prediction
+from ncl.division import memorization_prediction, mr_prediction
 from ncl.errors import ConfigError
-from ncl.losses import soft_margin_triplet_loss, triplet_loss
-from ncl.methods.ncr import NCR, lr_factor, mr_prediction, psi4_boundary
+from ncl.losses import ncr_soft_margins, psi4_boundary, soft_margin_triplet_loss, triplet_loss
+from ncl.methods.ncr import NCR
 from ncl.models.sgraf import SGRAF
-from ncl.training.division import Division
+from ncl.training.division import Division, abandon_mask
 
 
 def _backbone(vocab: int) -> SGRAF:
@@ -39,6 +40,13 @@ def _with_division(model: NCR, prob_a: float, prob_b: float, n: int = 20) -> Non
     model.division = Division(0, torch.zeros(2, n), prob, prob > 0.5)
 
 
+def _margins(model: NCR, target: torch.Tensor, div: float | None) -> torch.Tensor:
+    """The soft margins the model's ``soft_loss`` uses for ``target``."""
+    hp = model.hparams
+    return ncr_soft_margins(target, hp.ncr_margin_mode, hp.margin, hp.soft_margin,
+                            hp.soft_margin_base, div)
+
+
 def _eval_prediction(net: torch.nn.Module, batch: dict) -> torch.Tensor:
     net.eval()
     with torch.no_grad():
@@ -48,10 +56,11 @@ def _eval_prediction(net: torch.nn.Module, batch: dict) -> torch.Tensor:
 
 
 def test_lr_factor_skips_warmup_epochs() -> None:
-    assert [lr_factor(e, 5, 30) for e in (0, 4, 5, 34)] == [1.0, 1.0, 1.0, 1.0]
-    assert lr_factor(35, 5, 30) == pytest.approx(0.1)
-    assert lr_factor(65, 5, 30) == pytest.approx(0.01)
-    assert lr_factor(20, 10, 10) == pytest.approx(0.1)
+    model = _model(warmup_epochs=5, lr_update=30)
+    assert [model.lr_factor(e) for e in (0, 4, 5, 34)] == [1.0, 1.0, 1.0, 1.0]
+    assert model.lr_factor(35) == pytest.approx(0.1)
+    assert model.lr_factor(65) == pytest.approx(0.01)
+    assert _model(warmup_epochs=10, lr_update=10).lr_factor(20) == pytest.approx(0.1)
 
 
 def test_psi4_boundary_is_midpoint_of_subset_means() -> None:
@@ -61,10 +70,10 @@ def test_psi4_boundary_is_midpoint_of_subset_means() -> None:
 
 @pytest.mark.parametrize(("kwargs", "name"), [
     ({"warmup_epochs": -1}, "warmup_epochs"), ({"margin": 0.0}, "margin"),
-    ({"soft_margin": "cubic"}, "soft_margin"), ({"soft_margin_base": 1.0}, "soft_margin_base"),
-    ({"ncr_margin_mode": "paper"}, "ncr_margin_mode"), ({"unlabelled_start": -2}, "unlabelled_start"),
+    ({"soft_margin_base": 1.0}, "soft_margin_base"), ({"unlabelled_start": -2}, "unlabelled_start"),
     ({"mr_momentum": 2.0}, "mr_momentum"), ({"mr_weight": -1.0}, "mr_weight"),
-    ({"abandon_fraction": 1.5}, "abandon_fraction"), ({"unlabelled_update": "both"}, "unlabelled_update"),
+    ({"abandon_fraction": 1.5}, "abandon_fraction"), ({"p_threshold": 1.5}, "p_threshold"),
+    ({"lr_update": 0}, "lr_update"),
 ])
 def test_bad_switches_raise_config_error(kwargs: dict, name: str) -> None:
     with pytest.raises(ConfigError, match=name):
@@ -73,10 +82,10 @@ def test_bad_switches_raise_config_error(kwargs: dict, name: str) -> None:
 
 def test_callbacks_attached_by_the_method() -> None:
     names = [type(cb).__name__ for cb in _model().configure_callbacks()]
-    assert names == ["CoDivide", "DivisionDiagnostics"]
+    assert names == ["GMMDivision", "Diagnostics"]
     names = [type(cb).__name__ for cb in _model(momentum_regularization=True, diagnostics=False)
              .configure_callbacks()]
-    assert names == ["CoDivide", "MomentumTargets"]
+    assert names == ["GMMDivision", "MomentumRefinement"]
 
 
 def test_network_trains_on_its_peers_clean_probability() -> None:
@@ -98,8 +107,8 @@ def test_official_2023_targets_broadcast_and_unlabelled_average() -> None:
     torch.testing.assert_close(target_l, (0.25 + 0.75 * p).expand(4, 4))  # T_ij = w_i + (1-w_i) P_j
     ref_u = (_eval_prediction(model.nets[0], unl) + _eval_prediction(model.nets[1], unl)) / 2
     torch.testing.assert_close(target_u, ref_u)
-    assert model.margins(target_u, None).shape == (3, 1)  # the code's image-indexed column
-    assert model.margins(target_l, None).shape == (4, 4)
+    assert _margins(model, target_u, None).shape == (3, 1)  # the code's image-indexed column
+    assert _margins(model, target_l, None).shape == (4, 4)
 
 
 @pytest.mark.parametrize(("kind", "expected"), [
@@ -109,7 +118,7 @@ def test_official_2023_targets_broadcast_and_unlabelled_average() -> None:
 ])
 def test_margins_use_the_configured_psi(kind: str, expected: float) -> None:
     model = _model(soft_margin=kind)
-    out = model.margins(torch.tensor([0.5, 0.5]), div=0.3 if kind == "sigmoid" else None)
+    out = _margins(model, torch.tensor([0.5, 0.5]), div=0.3 if kind == "sigmoid" else None)
     torch.testing.assert_close(out, torch.full((2,), expected))
 
 
@@ -161,7 +170,7 @@ def test_warmup_step_with_momentum_regularisation(reduction: str) -> None:
     rec = _Recorder(model, False)
     batch = _batch([2, 5, 11, 13, 17])
     output = model.warmup_step(0, batch)
-    MomentumTargets(0.75).on_train_batch_end(None, model, output, batch, 0)  # after the step
+    MomentumRefinement().on_train_batch_end(None, model, output, batch, 0)  # after the step
     sims = model.nets[0](batch["images"], batch["tokens"], batch["lengths"])
     pred = memorization_prediction(sims).detach()
     mr = (pred - 1) ** 2  # gamma^0 = 1
@@ -219,7 +228,7 @@ def test_margin_modes_match_hand_computed_losses(mode: str, monkeypatch: pytest.
     model = _model(ncr_margin_mode=mode, soft_margin="linear")
     model.division = Division(0, torch.zeros(2, 20), torch.stack([_W.repeat(7)[:20]] * 2),
                               torch.ones(2, 20, dtype=torch.bool))
-    model.batch_similarity = lambda batch, net=None: _S.clone()
+    monkeypatch.setattr("ncl.methods.ncr.forward_batch", lambda net, batch: _S.clone())
     monkeypatch.setattr("ncl.methods.ncr.memorization_prediction", lambda *args, **kwargs: _P.clone())
     rec = _Recorder(model, unlabelled_on=True)
     model.cotrain_step(0, _batch([0, 1, 2]), _batch([3, 4, 5]))  # w of pairs 0, 1, 2 = _W
@@ -236,19 +245,19 @@ def test_p0_targets_use_the_first_prediction_for_every_pair() -> None:
     target_l, _ = model.rectified_targets(0, lab, None)
     p = _eval_prediction(model.nets[0], lab)
     torch.testing.assert_close(target_l, (0.25 + 0.75 * p[0]).expand(4))  # T_i = w_i + (1-w_i) P_0
-    assert model.margins(target_l, None).shape == (4, 1)  # the code's image-indexed column
+    assert _margins(model, target_l, None).shape == (4, 1)  # the code's image-indexed column
 
 
 def test_fixed_mode_ignores_targets_and_soft_margin_function() -> None:
     model = _model(ncr_margin_mode="official_2021_fixed", soft_margin="sigmoid", margin=0.3)
-    margins = model.margins(torch.tensor([0.0, 0.4, 1.0]), div=None)  # sigmoid needs no div here
+    margins = _margins(model, torch.tensor([0.0, 0.4, 1.0]), div=None)  # sigmoid needs no div here
     torch.testing.assert_close(margins, torch.full((3, 1), 0.3))
 
 
 def test_warmup_epochs_are_kept_out_of_selection_only_on_request() -> None:
     model = _model(warmup_epochs=2)
     assert [model.is_warmup_epoch(e) for e in range(4)] == [True, True, False, False]
-    assert model.hparams.select_warmup  # class default: old behaviour; configs set false
+    assert not model.hparams.select_warmup  # the base's default; the configs say it too
     for config in ("ncr_sgr_f30k", "ncr_sgr_coco", "ncr_sgr_cc152k", "lnc_sgr_f30k",
                    "lnc_sgr_coco", "lnc_sgr_cc152k", "lnc_rna_sgr_f30k"):
         text = (Path(__file__).resolve().parents[2] / "configs" / f"{config}.yaml").read_text()
@@ -257,7 +266,7 @@ def test_warmup_epochs_are_kept_out_of_selection_only_on_request() -> None:
 
 def test_collapsed_division_is_one_clear_error() -> None:
     from ncl.errors import TrainingError
-    from ncl.methods.ncr import check_cotraining_possible
+    from ncl.training.plans import check_cotraining_possible
 
     clean = torch.zeros(2, 305, dtype=torch.bool)
     clean[0, 7] = True  # network A: one clean pair, B: none -> no batch for either
@@ -265,3 +274,50 @@ def test_collapsed_division_is_one_clear_error() -> None:
         check_cotraining_possible(clean, 3)
     clean[1, :2] = True  # B has a batch of two: co-training can go on
     check_cotraining_possible(clean, 3)
+
+
+def _values(n: int = 20) -> torch.Tensor:
+    """(2, N) losses: the first half of the pairs small for both networks."""
+    return torch.cat([torch.full((2, n // 2), 0.1), torch.full((2, n // 2), 0.9)], 1) + \
+        torch.linspace(0, 0.01, n)
+
+
+def test_division_protocol_co_divide_and_abandon_draw(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _model(warmup_epochs=3, noise_abandon=True, abandon_fraction=0.5)
+    assert [model.division_kind(e) for e in range(5)] == [None, "abandon", "abandon", "divide", "divide"]
+    assert not model.division_due(0) and model.division_due(1) and model.division_due(3)
+    prob = torch.cat([torch.full((2, 10), 0.9), torch.full((2, 10), 0.1)], 1)
+    model.accept_division(1, _values(), prob)  # warm-up: the abandon draw
+    division = model.division
+    assert division.epoch == 1 and torch.equal(division.losses, _values())
+    assert torch.equal(division.keep, abandon_mask(prob, 1, model.plan_seed, 0.5))
+    assert int((~division.keep).sum()) == 5 and bool(division.keep[:10].all())
+    assert not model.division_due(1) and model.division_due(2)
+    model.accept_division(3, _values(), prob)  # co-training: a co-divide, no keep mask
+    assert model.division.keep is None
+    assert model.division.clean[:, :10].all() and not model.division.clean[:, 10:].any()
+    assert not model.division_due(3)
+    monkeypatch.setattr(NCR, "trainer", property(lambda self: None))
+    monkeypatch.setattr("ncl.methods.ncr.retrieval_data", lambda trainer, name: SimpleNamespace(batch_size=16))
+    spec, gmm = model.division_pass(3)
+    assert spec.nets == (0, 1) and spec.per_net_shuffle and spec.seed == model.plan_seed
+    assert (spec.batch_size, spec.shuffle, gmm.column, gmm.seed) == (16, True, 0, 0)
+
+
+def test_epoch_diagnostics_of_a_co_divide_and_of_lnc_warmup() -> None:
+    model = _model(warmup_epochs=1, momentum_regularization=True)
+    assert model.display_name == "LNC" and _model().display_name == "NCR"
+    model.momentum_targets.reset(20)
+    warm = model.epoch_diagnostics(0, None)
+    assert warm.losses is None and not warm.scalars
+    assert [v.title for v in warm.labels] == [f"momentum targets gamma of network {n} (LNC Eq. 5)"
+                                             for n in ("A", "B")]
+    prob = torch.cat([torch.full((2, 10), 0.9), torch.full((2, 10), 0.1)], 1)
+    model.accept_division(1, _values(), prob)
+    truth = torch.arange(20) < 12
+    diag = model.epoch_diagnostics(1, truth)
+    assert diag.scalars["division/A/clean"] == 10.0 and "division/B/f1" in diag.scalars
+    assert sorted(diag.detection) == ["A", "B"] and torch.equal(diag.detection["A"], prob[0] > 0.5)
+    assert diag.losses.title.startswith("co-divide: ") and torch.equal(diag.losses.losses["B"], _values()[1])
+    assert len(diag.labels) == 2  # w of A and B; no momentum targets after the warm-up
+    assert model.epoch_diagnostics(2, truth).losses is None  # no division made for epoch 2

@@ -87,7 +87,7 @@ def test_lnc_switches_fit(tmp_path: Path, synthetic_cache: Path) -> None:
     config = write_config(tmp_path, synthetic_cache, {
         "warmup_epochs": 2, "momentum_regularization": True, "noise_abandon": True,
         "ncr_margin_mode": "official_2023", "soft_margin": "sigmoid", "unlabelled_start": 0,
-        "unlabelled_update": "summed", "prediction_form": "linear", "loss_figure": True})
+        "unlabelled_update": "summed", "prediction_form": "linear"})
     main(["fit", "--config", str(config)])
     ckpt = torch.load(last_ckpt(tmp_path, 0), weights_only=False)
     gamma = ckpt["ncl_training_state"]["momentum_targets"]["values"]

@@ -1,4 +1,5 @@
-"""NaN/Inf in training and evaluation: one clear error from the shared base (issue 9)."""
+"""NaN/Inf in training and evaluation: one clear error (issue 9), from the shared base's
+``on_before_backward`` and from :mod:`ncl.evaluation.nonfinite`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from ncl.errors import DataError, TrainingError
+from ncl.evaluation.nonfinite import EvalSite, check_finite_embeddings, check_finite_similarities
 from ncl.methods.base import RetrievalMethod
 
 
@@ -81,10 +83,10 @@ def _fake_split(features: np.ndarray, tmp_path: Path) -> SimpleNamespace:
                            caption_path=tmp_path / "dev_caps.txt")
 
 
-def _attached(module: RetrievalMethod, split: SimpleNamespace, testing: bool) -> RetrievalMethod:
+def _site(split: SimpleNamespace | None, testing: bool) -> EvalSite:
+    """What a method evaluating ``split`` passes (:meth:`EvalSite.of` a trainer)."""
     dm = SimpleNamespace(val_data=None if testing else split, test_data=split if testing else None)
-    module._trainer = SimpleNamespace(testing=testing, datamodule=dm)  # type: ignore[assignment]
-    return module
+    return EvalSite.of(SimpleNamespace(testing=testing, datamodule=dm), "_Automatic")
 
 
 @pytest.mark.parametrize("testing, label", [(False, "validation"), (True, "test")])
@@ -92,33 +94,32 @@ def test_nan_features_at_evaluation_name_split_file_and_images(tmp_path: Path, t
                                                                  label: str) -> None:
     feats = np.zeros((6, 2, 4), np.float32)
     feats[[2, 4]] = np.nan
-    module = _attached(_Automatic(vocab_size=3, backbone=_Scalar), _fake_split(feats, tmp_path), testing)
+    site = _site(_fake_split(feats, tmp_path), testing)
     img, cap = torch.zeros(6, 2, 3), torch.zeros(30, 5, 3)
     img[[2, 4]] = float("nan")
     with pytest.raises(DataError) as err:
-        module.check_finite_embeddings("net", img, cap, torch.full((30,), 5))
+        check_finite_embeddings(site, "net", img, cap, torch.full((30,), 5))
     msg = str(err.value)
     assert f"the {label} features in {tmp_path / 'dev_ims.npy'}" in msg
     assert "2 of 6 images (images 2, 4)" in msg and "\n" not in msg
 
 
 def test_nan_weights_at_evaluation_blame_the_model(tmp_path: Path) -> None:
-    module = _attached(_Automatic(vocab_size=3, backbone=_Scalar),
-                       _fake_split(np.zeros((6, 2, 4), np.float32), tmp_path), testing=True)
+    site = _site(_fake_split(np.zeros((6, 2, 4), np.float32), tmp_path), testing=True)
     img, cap = torch.full((6, 2, 3), float("nan")), torch.full((30, 5, 3), float("inf"))
     with pytest.raises(TrainingError, match=r"network net \(_Automatic\) gives NaN/Inf embeddings on "
                                             r"the test split .*dev_ims.npy.* for 6 of 6 images and "
                                             r"30 of 30 captions although the features are finite"):
-        module.check_finite_embeddings("net", img, cap, torch.full((30,), 5))
+        check_finite_embeddings(site, "net", img, cap, torch.full((30,), 5))
 
 
 def test_caption_padding_is_not_checked_and_sims_are(tmp_path: Path) -> None:
-    module = _Automatic(vocab_size=3, backbone=_Scalar)
+    site = EvalSite.of(None, "_Automatic")  # no trainer: the validation split, no files known
     cap = torch.zeros(4, 5, 3)
     cap[0, 3:] = float("nan")  # padding beyond the length of 3
-    module.check_finite_embeddings("net", torch.zeros(2, 2, 3), cap, torch.tensor([3, 5, 5, 5]))
+    check_finite_embeddings(site, "net", torch.zeros(2, 2, 3), cap, torch.tensor([3, 5, 5, 5]))
     sims = torch.zeros(2, 4)
     sims[1, 2] = float("inf")
     with pytest.raises(TrainingError,
                        match=r"similarities on the validation split for 1 of 2 images \(image 1\)"):
-        module.check_finite_similarities("net", sims)
+        check_finite_similarities(site, "net", sims)

@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from callbacks.ncr_fakes import SgrafPairs
 
-from ncl.callbacks.recon_division import three_way_stats
+from ncl.callbacks.division import divide_if_due
+from ncl.division.stats import three_way_stats
 from ncl.data.datasets import collate
 from ncl.division import gmm_clean_probability
 from ncl.errors import ConfigError
 from ncl.losses import SUBSET_CLEAN, SUBSET_LOCAL, SUBSET_NOISY, triplet_loss
 from ncl.losses.recon import cross_modal_relation_loss, intra_modal_relation_loss
-from ncl.methods.recon import (
-    ReCon,
-    RelationOptions,
-    division_batches,
-    division_values,
-    relation_forward,
-)
+from ncl.losses.recon_forward import RelationOptions, division_values, relation_forward
+from ncl.methods.recon import ReCon
 from ncl.models.sgraf import SGRAF
+from ncl.training.passes import deal_batches, pass_order
 
 
 def _backbone(vocab: int) -> SGRAF:
@@ -52,14 +51,7 @@ def _at_epoch(monkeypatch: pytest.MonkeyPatch, epoch: int) -> None:
     ({"margin": 0.0}, "margin"), ({"warmup_epochs": -1}, "warmup_epochs"),
     ({"division_interval": 0}, "division_interval"),
     ({"division_batch_size": 1}, "division_batch_size"),
-    ({"relation_temperature": 0.0}, "relation_temperature"), ({"score": "cosine"}, "score"),
-    ({"relation_features": "global"}, "relation_features"), ({"relation_kl": "js"}, "relation_kl"),
-    ({"relation_rows": "max"}, "relation_rows"),
-    ({"pseudo_label_init": "zero"}, "pseudo_label_init"),
-    ({"pseudo_label_scope": "clean"}, "pseudo_label_scope"),
-    ({"penalty_source": "gmm"}, "penalty_source"),
-    ({"lr_schedule": "cosine"}, "lr_schedule"), ({"reduction": "max"}, "reduction"),
-    ({"warmup_negatives": "all"}, "warmup_negatives"), ({"lr_update": 0}, "lr_update"),
+    ({"relation_temperature": 0.0}, "relation_temperature"), ({"lr_update": 0}, "lr_update"),
 ])
 def test_bad_options_raise_config_error_naming_the_option(kwargs: dict, name: str) -> None:
     with pytest.raises(ConfigError, match=f"model.{name}"):
@@ -89,7 +81,7 @@ def test_a_backbone_without_logits_is_one_clear_error() -> None:
 def test_warmup_epochs_are_the_first_eta() -> None:
     model = _model(warmup_epochs=2)
     assert [model.is_warmup_epoch(e) for e in range(4)] == [True, True, False, False]
-    assert model.hparams.select_warmup  # selectable unless model.select_warmup=false
+    assert not model.hparams.select_warmup  # the base's default; the shipped config says true
 
 
 def test_lr_schedule_counts_after_the_warmup_or_globally() -> None:
@@ -99,13 +91,16 @@ def test_lr_schedule_counts_after_the_warmup_or_globally() -> None:
     assert [whole.lr_factor(e) for e in (29, 30)] == pytest.approx([1, 0.1])
 
 
-def test_division_batches_cover_every_sample_once_whatever_the_world() -> None:
-    one = division_batches(33, 8, seed=3, epoch=2)
+def test_division_pass_is_one_shuffle_per_epoch_dealt_whole() -> None:
+    model = _model(division_batch_size=8)
+    spec, gmm = model.division_pass(2)
+    assert (spec.nets, spec.batch_size, spec.stream, gmm.column, gmm.seed) == ((0,), 8, 31, 0, 0)
+    one = deal_batches(pass_order(spec, 33, 2, 0), 8)
     assert [len(b) for b in one] == [8, 8, 8, 9]  # a last batch of one joins the previous
     assert sorted(np.concatenate(one).tolist()) == list(range(33))
-    two = [division_batches(33, 8, 3, 2, rank, 2) for rank in (0, 1)]
+    two = [deal_batches(pass_order(spec, 33, 2, 0), 8, rank, 2) for rank in (0, 1)]
     assert [b.tolist() for b in two[0] + two[1]] == [b.tolist() for b in one[0::2] + one[1::2]]
-    assert division_batches(33, 8, 3, 3)[0].tolist() != one[0].tolist()  # a new shuffle per epoch
+    assert pass_order(spec, 33, 3, 0).tolist() != pass_order(spec, 33, 2, 0).tolist()  # per epoch
 
 
 def test_division_values_are_the_losses_of_the_batch() -> None:
@@ -139,15 +134,22 @@ def test_relation_features_inputs_read_regions_and_word_vectors() -> None:
 
 
 def _fake_pass(model: ReCon, monkeypatch: pytest.MonkeyPatch,
-               passes: dict[int, torch.Tensor]) -> list[int]:
+               passes: dict[int, torch.Tensor]) -> tuple[list[int], Callable[[int], bool]]:
+    """The division pass replaced by ``passes[epoch]`` (``(N, 3)``); returns the epochs it ran
+    for and ``divide(epoch)``, GMMDivision's own work (GMM on column 0, accept_division)."""
     calls: list[int] = []
 
-    def fake(epoch: int) -> torch.Tensor:
+    def fake(spec, nets, pairs, epoch, *args, **kwargs) -> torch.Tensor:  # noqa: ANN001
         calls.append(epoch)
-        return passes[epoch]
+        return passes[epoch][None]  # (1, N, 3)
 
-    monkeypatch.setattr(model, "division_pass", fake)
-    return calls
+    data = SimpleNamespace(train_pairs=lambda: None, num_workers=0, batch_size=8)
+    monkeypatch.setattr("ncl.callbacks.division.run_pass", fake)
+    monkeypatch.setattr("ncl.callbacks.division.retrieval_data", lambda trainer, name: data)
+    monkeypatch.setattr("ncl.methods.recon.retrieval_data", lambda trainer, name: data)
+    monkeypatch.setattr(ReCon, "trainer", property(lambda self: None))
+    trainer = SimpleNamespace(global_rank=0, world_size=1)
+    return calls, lambda epoch: divide_if_due(trainer, model, epoch)
 
 
 def _values(n: int, p: float) -> torch.Tensor:
@@ -158,11 +160,11 @@ def _values(n: int, p: float) -> torch.Tensor:
     return torch.stack([cm, im, torch.full((n,), p)], dim=1)
 
 
-def test_prepare_division_every_interval_with_momentum(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_division_every_interval_with_momentum(monkeypatch: pytest.MonkeyPatch) -> None:
     model = _model(n=16, warmup_epochs=2, division_interval=2, beta=0.6)
-    calls = _fake_pass(model, monkeypatch, {2: _values(16, 0.2), 4: _values(16, 0.7)})
-    assert not model.prepare_division(1)  # warm-up
-    assert model.prepare_division(2)
+    calls, divide = _fake_pass(model, monkeypatch, {2: _values(16, 0.2), 4: _values(16, 0.7)})
+    assert not divide(1)  # warm-up
+    assert divide(2)
     division = model.division
     assert division.epoch == 2
     assert division.clean_prob.tolist() == pytest.approx(
@@ -173,8 +175,8 @@ def test_prepare_division_every_interval_with_momentum(monkeypatch: pytest.Monke
     y_im = math.log(11) / (1 + math.log(11))
     assert division.penalty[2].item() == pytest.approx(math.exp(y_im / 0.1), rel=1e-5)
     assert division.labels[8:].tolist() == pytest.approx([0.2] * 8)  # first: y~ = p
-    assert not model.prepare_division(2) and not model.prepare_division(3)  # made; not due
-    assert model.prepare_division(4)
+    assert not divide(2) and not divide(3)  # made; not due
+    assert divide(4)
     assert model.division.labels[8:].tolist() == pytest.approx([0.6 * 0.2 + 0.4 * 0.7] * 8)
     assert model.pseudo_labels.values[0, :8].tolist() == pytest.approx([0.2] * 8)  # D_c kept
     assert calls == [2, 4]
@@ -184,14 +186,14 @@ def test_prepare_division_every_interval_with_momentum(monkeypatch: pytest.Monke
     fresh.load_training_state(state)
     assert fresh.division.epoch == 4 and torch.equal(fresh.division.subset, model.division.subset)
     assert torch.equal(fresh.pseudo_labels.values, model.pseudo_labels.values)
-    assert not fresh.needs_division(5) and fresh.needs_division(6)
+    assert not fresh.division_due(5) and fresh.division_due(6)
 
 
 def test_a_missing_division_is_made_whatever_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
     model = _model(n=16, warmup_epochs=0, division_interval=3)
-    _fake_pass(model, monkeypatch, {1: _values(16, 0.5)})
-    assert model.needs_division(1) and model.prepare_division(1)
-    assert not model.needs_division(2) and model.needs_division(3)
+    _, divide = _fake_pass(model, monkeypatch, {1: _values(16, 0.5)})
+    assert model.division_due(1) and divide(1)
+    assert not model.division_due(2) and model.division_due(3)
 
 
 def test_warmup_step_is_the_summed_triplet_on_logits(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -212,7 +214,8 @@ def test_relation_step_uses_the_division_of_each_pair(monkeypatch: pytest.Monkey
                                                       penalty_source: str) -> None:
     model = _model(n=16, warmup_epochs=0, penalty_source=penalty_source)
     model.net.eval()
-    _fake_pass(model, monkeypatch, {0: _values(16, 0.3)})
+    _, divide = _fake_pass(model, monkeypatch, {0: _values(16, 0.3)})
+    divide(0)  # GMMDivision's fallback at the start of epoch 0
     _at_epoch(monkeypatch, 0)
     index = [2, 0, 9, 1]  # local, clean, noisy, clean
     batch = _batch(index)
@@ -232,8 +235,8 @@ def test_relation_step_uses_the_division_of_each_pair(monkeypatch: pytest.Monkey
 
 def test_three_way_stats_with_the_ground_truth(monkeypatch: pytest.MonkeyPatch) -> None:
     model = _model(n=16, warmup_epochs=0)
-    _fake_pass(model, monkeypatch, {0: _values(16, 0.25)})
-    model.prepare_division(0)
+    _, divide = _fake_pass(model, monkeypatch, {0: _values(16, 0.25)})
+    divide(0)
     truth = torch.ones(16, dtype=torch.bool)
     truth[[2, 3, 12]] = False  # one local, one clean and one noisy pair are truly noisy
     stats = three_way_stats(model.division, truth)
@@ -244,3 +247,19 @@ def test_three_way_stats_with_the_ground_truth(monkeypatch: pytest.MonkeyPatch) 
     assert stats["division/pseudo_label_mean"] == pytest.approx(0.25)
     assert stats["division/made_for_epoch"] == 0.0
     assert "division/clean_true_noisy" not in three_way_stats(model.division)
+
+
+def test_epoch_diagnostics_of_the_division_in_effect(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _model(n=16, warmup_epochs=1, division_interval=2)
+    assert model.epoch_diagnostics(0, None) == type(model.epoch_diagnostics(0, None))()
+    _, divide = _fake_pass(model, monkeypatch, {1: _values(16, 0.25)})
+    divide(1)
+    truth = torch.ones(16, dtype=torch.bool)
+    made = model.epoch_diagnostics(1, truth)
+    assert made.scalars == three_way_stats(model.division, truth)
+    assert torch.equal(made.detection["D_n"], model.division.subset != SUBSET_NOISY)
+    assert torch.equal(made.losses.losses["net"], model.division.cm_loss)
+    assert [v.title for v in made.labels] == ["ReCon final labels y_hat (Eq. 11)"]
+    later = model.epoch_diagnostics(2, truth)  # still in effect, made for epoch 1
+    assert later.losses is None and "D_n" in later.detection and later.labels
+    assert model.display_name == "ReCon"

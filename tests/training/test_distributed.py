@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
-from callbacks.ncr_fakes import SgrafPairs, ddp_worker, tiny_sgraf
+from callbacks.ncr_fakes import SgrafPairs, ddp_worker, ncr_pass, tiny_sgraf
 
-from ncl.training.division import divide, division_losses
+from ncl.training.division import divide
+from ncl.training.passes import run_pass
 from ncl.training.distributed import all_gather_rows, broadcast_, gather_by_index
 
 
@@ -33,8 +34,7 @@ def test_two_gloo_processes_match_one(tmp_path: Path, monkeypatch: pytest.Monkey
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
 
     nets = [tiny_sgraf(0), tiny_sgraf(1)]
-    losses = division_losses(nets, SgrafPairs(37), batch_size=8, seed=5, epoch=2,
-                             device=torch.device("cpu"))
+    losses = run_pass(ncr_pass(), nets, SgrafPairs(37), 2, torch.device("cpu"))
     prob, clean = divide(losses, gmm_seed=0)
     for got in ranks:
         assert torch.equal(got["losses"], losses)  # bit-identical: same batches, same ops

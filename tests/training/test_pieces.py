@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from ncl.methods.crcl import OFFICIAL_PIECES
 from ncl.training import (
     OFFICIAL_SCHEDULES,
     OFFICIAL_SCHEDULES_TRAIN_SH,
+    OFFICIAL_WARM_EPOCH,
     PieceLocation,
     PieceSchedule,
 )
@@ -18,12 +20,13 @@ def expand(lengths: tuple[int, ...]) -> list[tuple[int, int]]:
 
 
 def test_official_train_sh_schedule_is_53_epochs() -> None:
-    s = PieceSchedule.from_official(OFFICIAL_SCHEDULES_TRAIN_SH, warm_epoch=2)
+    # the official --schedules do not count the --warm_epoch frozen epochs of every piece
+    assert OFFICIAL_PIECES == tuple(k + OFFICIAL_WARM_EPOCH for k in OFFICIAL_SCHEDULES_TRAIN_SH)
+    s = PieceSchedule(OFFICIAL_PIECES)
     assert s.lengths == (7, 7, 7, 32)
     assert s.total_epochs == 53 and s.num_pieces == 4
     assert s.starts == (0, 7, 14, 21)
-    assert PieceSchedule.from_official().lengths == (8, 8, 8, 27)  # opts.py default
-    assert OFFICIAL_SCHEDULES == (6, 6, 6, 25)
+    assert OFFICIAL_SCHEDULES == (6, 6, 6, 25) and OFFICIAL_WARM_EPOCH == 2  # opts.py defaults
 
 
 @pytest.mark.parametrize("lengths", [(1,), (3,), (2, 5), (7, 7, 7, 32), (1, 1, 4)])
@@ -33,14 +36,11 @@ def test_locate_and_boundaries_match_expansion(lengths: tuple[int, ...]) -> None
     assert s.total_epochs == len(table)
     for epoch, (piece, within) in enumerate(table):
         assert s.locate(epoch) == PieceLocation(piece, within)
-        assert s.is_piece_start(epoch) == (within == 0)
-        assert s.is_piece_end(epoch) == (within == lengths[piece] - 1)
+    assert [e for e, (_, within) in enumerate(table) if within == 0] == list(s.starts)
 
 
 def test_boundaries_of_the_official_schedule() -> None:
-    s = PieceSchedule.from_official((5, 5, 5, 30), 2)
-    assert [e for e in range(53) if s.is_piece_start(e)] == [0, 7, 14, 21]
-    assert [e for e in range(53) if s.is_piece_end(e)] == [6, 13, 20, 52]
+    s = PieceSchedule((7, 7, 7, 32))
     assert s.locate(20) == (2, 6) and s.locate(21) == (3, 0) and s.locate(52) == (3, 31)
 
 
@@ -59,10 +59,3 @@ def test_locate_rejects_out_of_range(epoch: float) -> None:
 def test_rejects_bad_lengths(lengths: tuple) -> None:
     with pytest.raises(ValueError, match="piece"):
         PieceSchedule(lengths)
-
-
-def test_from_official_rejects_bad_warm_epoch_and_empty_piece() -> None:
-    with pytest.raises(ValueError, match="warm_epoch"):
-        PieceSchedule.from_official((5,), warm_epoch=-1)
-    with pytest.raises(ValueError, match="piece"):
-        PieceSchedule.from_official((0,), warm_epoch=0)

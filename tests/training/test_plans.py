@@ -15,10 +15,11 @@ from ncl.training.plans import (
     chunk,
     cotrain_plan,
     cycled_batches,
-    division_batches,
+    limit_steps,
     shard,
     warmup_plan,
 )
+from ncl.training.passes import deal_batches
 
 
 @pytest.mark.parametrize(("n", "world"), [(10, 3), (7, 2), (2, 4), (12, 1)])
@@ -102,15 +103,23 @@ def test_cotrain_plan_ranks_in_lock_step() -> None:
 
 
 @pytest.mark.parametrize("world", [2, 3])
-def test_division_batches_do_not_depend_on_world_size(world: int) -> None:
-    single = division_batches(53, 8, seed=0, epoch=4, net=1, shuffle=True)
-    dealt = [division_batches(53, 8, 0, 4, 1, True, rank=r, world=world) for r in range(world)]
+def test_pass_batches_do_not_depend_on_world_size(world: int) -> None:
+    order = np.random.default_rng([0, 4, 4, 1, 0]).permutation(53)
+    single = deal_batches(order, 8)
+    dealt = [deal_batches(order, 8, rank=r, world=world) for r in range(world)]
     assert sorted(tuple(b.tolist()) for d in dealt for b in d) == sorted(tuple(b.tolist()) for b in single)
     assert sorted(np.concatenate(single).tolist()) == list(range(53))
     # a last pair alone would have no negative (loss 0): it joins the batch before it
-    assert [b.tolist() for b in division_batches(5, 2, 0, 0, 0, shuffle=False)] == [[0, 1], [2, 3, 4]]
-    assert [b.tolist() for b in division_batches(6, 2, 0, 0, 0, shuffle=False)][-1] == [4, 5]
-    assert [b.tolist() for b in division_batches(1, 4, 0, 0, 0, shuffle=False)] == [[0]]
+    assert [b.tolist() for b in deal_batches(np.arange(5), 2)] == [[0, 1], [2, 3, 4]]
+    assert [b.tolist() for b in deal_batches(np.arange(6), 2)][-1] == [4, 5]
+    assert [b.tolist() for b in deal_batches(np.arange(1), 4)] == [[0]]
+
+
+def test_an_integer_batch_limit_is_shared_by_both_networks() -> None:
+    steps = [Step(0, np.array([i])) for i in range(4)] + [Step(1, np.array([i])) for i in range(3)]
+    assert [s.net for s in limit_steps(steps, 4)] == [0, 0, 1, 1]
+    assert [s.net for s in limit_steps(steps, 3)] == [0, 0, 1, 1]  # ceil(3 / 2) each
+    assert limit_steps(steps, 0.5) is steps and limit_steps(steps, 10) is steps
 
 
 def test_step_dataset_and_plan_loader_collate() -> None:

@@ -12,14 +12,11 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
-from callbacks.ncr_fakes import SgrafPairs, tiny_sgraf
+from callbacks.ncr_fakes import SgrafPairs, ncr_pass, tiny_sgraf
 from torch import Tensor, nn
 
-from ncl.methods.crcl import estimate_batches
-from ncl.methods.recon import division_batches as recon_batches
 from ncl.training.division import mean_hinge
-from ncl.training.passes import per_sample_pass
-from ncl.training.plans import division_batches
+from ncl.training.passes import PassSpec, deal_batches, pass_order, per_sample_pass
 
 N_PAIRS, BATCH = 37, 8  # 37 = 4 batches of 8 and one of 5: not divisible by the world size
 
@@ -40,14 +37,19 @@ class CountingFn:
 
 def plans(rank: int, world: int) -> list[list[np.ndarray]]:
     """The two networks' co-divide batches of this rank (seed 5, epoch 2, shuffled)."""
-    return [division_batches(N_PAIRS, BATCH, 5, 2, net, True, rank, world) for net in (0, 1)]
+    spec = ncr_pass(seed=5, batch_size=BATCH)
+    return [deal_batches(pass_order(spec, N_PAIRS, 2, net), BATCH, rank, world) for net in (0, 1)]
 
 
 # ------------------------------------------------------------------ pure plans
-PLANS = {
-    "ncr_division": lambda n, rank, world: division_batches(n, BATCH, 5, 2, 1, True, rank, world),
-    "crcl_estimate": lambda n, rank, world: estimate_batches(n, BATCH, 5, 2, rank, world),
-    "recon_division": lambda n, rank, world: recon_batches(n, BATCH, 5, 2, rank, world),
+def _dealt(spec: PassSpec, net: int = 0):  # noqa: ANN202 - (n, rank, world) -> batches
+    return lambda n, rank, world: deal_batches(pass_order(spec, n, 2, net), BATCH, rank, world)
+
+
+PLANS = {  # NCR's co-divide (a shuffle per network), one shared shuffle (ReCon), index order
+    "per_net_shuffle": _dealt(ncr_pass(seed=5, batch_size=BATCH), net=1),
+    "shared_shuffle": _dealt(PassSpec(mean_hinge(0.2), (0,), BATCH, True, 31, 5)),
+    "index_order": _dealt(PassSpec(mean_hinge(0.2), (0,), BATCH, False, 31, 5)),
 }
 
 

@@ -1,7 +1,7 @@
 """PerSampleState (ncl.training.state) and the generic per-sample pass (ncl.training.passes).
 
-The two-process case (gloo, padded repeats on both ranks) runs through MomentumTargets in
-tests/training/test_distributed.py, which stores its targets in a PerSampleState.
+The two-process case (gloo, padded repeats on both ranks) is in
+tests/training/test_distributed.py: LNC's momentum update scattered into a PerSampleState.
 """
 
 from __future__ import annotations

@@ -1,0 +1,96 @@
+"""ReCon's forward of a batch through a fine-grained backbone (SGR/SAF): the ``(B, B)`` scores
+``g``, the intra-modal relation loss ``L_IM`` per pair (Eq. 3-4), and the per-sample values of
+its division pass (``l^CM``, ``L_IM``, ``p``; Sect. 3.3, Eq. 6 and 10). Paper-derived, no
+reference code except ``score``, whose default is the published similarity module's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from ncl.errors import ConfigError
+from ncl.losses.recon import (
+    IntraModalTerms,
+    RelationKL,
+    RowReduction,
+    cross_modal_relation_loss,
+    intra_modal_relation_loss,
+)
+
+Score = Literal["logits", "sigmoid"]
+RelationFeatures = Literal["embeddings", "inputs"]
+
+
+@dataclass(frozen=True)
+class RelationOptions:
+    """How a batch is scored and its relations compared.
+
+    Attributes:
+        score: the similarity ``g``: SGRAF's raw ``logits`` (the published ReCon module) or
+            its ``sigmoid``.
+        features: what the relation matrices ``C_VV``, ``C_LL`` are computed from: the
+            fine-grained ``embeddings`` (region and word embeddings in the joint space) or
+            the ``inputs`` (region features and word vectors before the encoders). The
+            cross-modal correspondence always uses the embeddings (a common space).
+        temperature, kl, rows, detach_proxy: see
+            :func:`~ncl.losses.recon.intra_modal_relation_loss`.
+    """
+
+    score: Score = "logits"
+    features: RelationFeatures = "embeddings"
+    temperature: float = 1.0
+    kl: RelationKL = "symmetric"
+    rows: RowReduction = "mean"
+    detach_proxy: bool = False
+
+
+def check_backbone(net: nn.Module, options: RelationOptions) -> None:
+    """One ConfigError when the backbone lacks what the chosen options need."""
+    if options.score == "logits" and not callable(getattr(net, "similarity_logits", None)):
+        raise ConfigError(f"model.score=logits needs a backbone with similarity_logits (SGR/SAF); "
+                          f"{type(net).__name__} has none: set model.score=sigmoid")
+    embed = getattr(getattr(net, "txt_enc", None), "embed", None)
+    if options.features == "inputs" and not isinstance(embed, nn.Embedding):
+        raise ConfigError(f"model.relation_features=inputs reads the word vectors of "
+                          f"txt_enc.embed, which {type(net).__name__} lacks: use embeddings")
+
+
+def relation_forward(net: nn.Module, batch: dict[str, Tensor], options: RelationOptions,
+                     relations: bool = True) -> tuple[Tensor, IntraModalTerms | None]:
+    """Encode a batch once; return its ``(B, B)`` scores and (optionally) ``L_IM`` per pair."""
+    extra = {"image_lengths": batch["image_lengths"]} if "image_lengths" in batch else {}
+    img = net.encode_images(batch["images"], **extra)  # (B, R, E)
+    cap = net.encode_captions(batch["tokens"], batch["lengths"])  # (B, L, E)
+    if img.dim() != 3 or cap.dim() != 3:
+        raise ConfigError("ReCon needs fine-grained region and word embeddings (B, R, E) and "
+                          "(B, L, E); model.backbone pools them (use SGR or SAF)")
+    score = net.similarity_logits if options.score == "logits" else net.similarity
+    sims = score(img, cap, batch["lengths"])  # (B, B)
+    if not relations:
+        return sims, None
+    region_features = word_features = None
+    if options.features == "inputs":
+        region_features = batch["images"]  # (B, R, D)
+        word_features = net.txt_enc.embed(batch["tokens"])  # (B, L, word_dim)
+    terms = intra_modal_relation_loss(
+        img.float(), cap.float(), batch["lengths"], region_lengths=batch.get("image_lengths"),
+        region_features=region_features, word_features=word_features,
+        temperature=options.temperature, kl=options.kl, rows=options.rows,
+        detach_proxy=options.detach_proxy)
+    return sims, terms
+
+
+def division_values(options: RelationOptions, tau: float
+                    ) -> Callable[[nn.Module, dict[str, Tensor]], Tensor]:
+    """The per-sample function of the division pass: ``(B, 3)`` rows ``[l^CM, L_IM, p]``
+    (``l^CM`` with ``y = 1``, Sect. 3.3; ``p`` of Eq. 10)."""
+    def fn(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        sims, terms = relation_forward(net, batch, options)
+        cm = cross_modal_relation_loss(sims.float(), None, tau)
+        return torch.stack([cm.loss, terms.loss.to(cm.loss), cm.prediction], dim=1)
+    return fn
