@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from ncl.training.passes import PassSpec, PerSampleFn
 from ncl.training.state import PerSampleState
 
-__all__ = ["Diagnosable", "EpochDiagnostics", "GMMDivisible", "GMMSpec", "LabelView", "LossView",
+__all__ = ["Diagnosable", "EpochDiagnostics", "EpochRefinable", "GMMDivisible", "GMMSpec", "LabelView", "LossView",
            "PassSpec", "PerSampleFn", "PerSampleSource", "Refinable", "net_names"]
 
 @dataclass(frozen=True)
@@ -81,11 +81,10 @@ RefineWhen = Literal["step", "epoch"]
 class Refinable(Protocol):
     """What :class:`~ncl.callbacks.refinement.MomentumRefinement` needs from a method.
 
-    Per step: the training step returns ``{"refine": (row, index, values), ...}`` and the
-    callback writes ``rule(old, values)`` into ``refinement_table().values[row, index]`` on every
-    rank (all-gathered by index, rank order). Per epoch: at the end of epoch ``e - 1`` (and
-    as a fallback at the start of ``e``) the callback runs ``refinement_pass(e)`` when
-    ``refinement_due(e)`` and hands the ``(N,)`` values to ``accept_refinement``.
+    Per step (``refinement_when() == "step"``): the training step returns
+    ``{"refine": (row, index, values), ...}`` and the callback writes ``rule(old, values)`` into
+    ``refinement_table().values[row, index]`` on every rank (all-gathered by index, rank order).
+    Per epoch: the method is an :class:`EpochRefinable` too.
     """
 
     def refinement_table(self) -> PerSampleState: ...
@@ -94,6 +93,14 @@ class Refinable(Protocol):
 
     def refinement_rule(self) -> Callable[[Tensor, Tensor], Tensor]:
         """``(old, new) -> stored`` (momentum ``beta * old + (1 - beta) * new``, or overwrite)."""
+
+
+@runtime_checkable
+class EpochRefinable(Refinable, Protocol):
+    """A :class:`Refinable` whose table moves once per epoch from a per-sample pass: at the end
+    of epoch ``e - 1`` (and as a fallback at the start of ``e``) the callback runs
+    ``refinement_pass(e)`` when ``refinement_due(e)`` and hands the ``(N,)`` values to
+    ``accept_refinement``."""
 
     def refinement_due(self, epoch: int) -> bool: ...
 

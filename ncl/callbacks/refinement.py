@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import lightning as L
 
-from ncl.callbacks.protocols import Refinable
+from ncl.callbacks.protocols import EpochRefinable, Refinable
 from ncl.data.contracts import retrieval_data
 from ncl.errors import ConfigError
 from ncl.training.passes import run_pass
@@ -37,9 +37,12 @@ class MomentumRefinement(L.Callback):
     """Moves a :class:`~ncl.callbacks.protocols.Refinable` method's per-sample table."""
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if not isinstance(pl_module, Refinable):  # one clear error instead of one in a hook
+        # one clear error here instead of one in a hook
+        per_epoch = isinstance(pl_module, Refinable) and pl_module.refinement_when() == "epoch"
+        wanted = EpochRefinable if per_epoch else Refinable
+        if not isinstance(pl_module, wanted):
             raise ConfigError(f"MomentumRefinement needs a method implementing ncl.callbacks."
-                              f"protocols.Refinable; {type(pl_module).__name__} does not")
+                              f"protocols.{wanted.__name__}; {type(pl_module).__name__} does not")
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
@@ -61,7 +64,7 @@ class MomentumRefinement(L.Callback):
     @staticmethod
     def _refine(trainer: L.Trainer, pl_module: L.LightningModule, epoch: int) -> None:
         """Epoch ``epoch``'s table from a pass with the current weights, if it is due."""
-        method = cast(Refinable, pl_module)  # checked in setup
+        method = cast(EpochRefinable, pl_module)  # checked in setup
         if method.refinement_when() != "epoch" or not method.refinement_due(epoch):
             return
         data = retrieval_data(trainer, type(pl_module).__name__)

@@ -165,7 +165,7 @@ def score_networks(networks: Sequence[tuple[str, SimFn]], emb: Embeddings, shard
     the ranks), checked for NaN/Inf, then their mean (spec 5.4) when there are several.
 
     Args:
-        networks: ``(name, sim_fn)`` per network, in the order of ``emb``'s lists.
+        networks: ``(name, sim_fn)`` of network ``k`` of ``emb``, for each ``k``.
         emb: the gathered embeddings.
         shard_size, device: as :func:`~ncl.training.distributed.rank_sharded_similarity`.
         site: the split and method, for error messages and the progress bar.

@@ -229,9 +229,6 @@ class RetrievalMethod(L.LightningModule):
         self.evaluation.reset()
 
     def on_fit_start(self) -> None:
-        self._check_selection_monitor()
-
-    def _check_selection_monitor(self) -> None:
         """Warn if a best checkpoint monitors ``val/rsum`` while some epochs are excluded."""
         check_selection_monitor(self.trainer, self.selectable)
 

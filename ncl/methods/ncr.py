@@ -169,15 +169,6 @@ class NCR(RetrievalMethod):
     def refinement_rule(self) -> Callable[[Tensor, Tensor], Tensor]:
         return partial(momentum_update, momentum=self.hparams.mr_momentum)
 
-    def refinement_due(self, epoch: int) -> bool:
-        return False  # per step only
-
-    def refinement_pass(self, epoch: int) -> PassSpec:
-        raise NotImplementedError("LNC's momentum targets move per step")
-
-    def accept_refinement(self, epoch: int, values: Tensor) -> None:
-        raise NotImplementedError("LNC's momentum targets move per step")
-
     def training_state(self) -> dict[str, Any]:
         targets = self.momentum_targets
         return {"division": None if self.division is None else self.division.state(),
