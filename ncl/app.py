@@ -33,7 +33,7 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from ncl.callbacks.figures import Figures
 from ncl.callbacks.tracking import WandbRunContent
 from ncl.checkpoint_io import AtomicCheckpointIO
-from ncl.errors import ConfigError, NclUserError, NclWarning
+from ncl.errors import ConfigError, NclWarning
 from ncl.loggers import NclWandbLogger, run_labels
 from ncl.methods.base import RetrievalMethod
 from ncl.runs import (

@@ -131,8 +131,9 @@ def averaged_batch_scores(nets: Sequence[nn.Module], sizes: Sequence[int],
     then the equal-weight mean of the checkpoints (as ``ncl test``'s ensemble)."""
     from ncl.evaluation.combine import hierarchical_mean
 
-    extra = {"image_lengths": batch["image_lengths"]} if "image_lengths" in batch else {}
-    sims = [net(batch["images"], batch["tokens"], batch["lengths"], **extra).double() for net in nets]
+    from ncl.models.contracts import forward_batch
+
+    sims = [forward_batch(net, batch).double() for net in nets]
     groups, start = [], 0
     for size in sizes:
         groups.append(sims[start:start + size])

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from ncl.errors import ConfigError
 
@@ -114,9 +114,6 @@ class RetrievalData(Protocol, metaclass=_StaticProtocolMeta):
         """Let the method build the training loader: ``train_dataloader()`` then returns
         ``plan(train_pairs())``; ``None`` restores the default loader."""
 
-    def train_eval_dataloader(self, batch_size: int | None = None) -> DataLoader:
-        """Unshuffled, unaugmented pass over ``train_pairs()`` (after ``setup("fit")``)."""
-
 
 def clean_mask_known(datamodule: Any) -> bool:
     """Whether ``datamodule.clean_mask`` is the ground truth.
@@ -146,3 +143,23 @@ def retrieval_data(trainer: Any, needed_by: str = "this method") -> RetrievalDat
     raise ConfigError(f"{needed_by} needs an ncl DataModule (ncl.data.contracts.RetrievalData, "
                       f"e.g. data: class_path: ncl.data.datamodule.PrecompDataModule); got "
                       f"{got}{lacks}")
+
+
+def check_features_fit(datamodule: Any, nets: dict[str, Any]) -> None:
+    """Raise one ConfigError when the data's region count or feature size does not fit a
+    network's ``num_regions``/``img_dim`` (read when the backbone has them).
+
+    Args:
+        datamodule: the trainer's DataModule; anything but a :class:`RetrievalData` is skipped.
+        nets: network name -> network.
+    """
+    if not isinstance(datamodule, RetrievalData):  # no ncl DataModule: nothing to check against
+        return
+    regions, dim = datamodule.feature_shape()
+    for name, net in nets.items():
+        want = (getattr(net, "num_regions", regions), getattr(net, "img_dim", dim))
+        if want != (regions, dim):
+            raise ConfigError(
+                f"the features in {datamodule.data_dir} have {regions} regions x {dim} dims, but "
+                f"the backbone ({name}) is configured for {want[0]} x {want[1]}; set "
+                f"model.backbone.init_args.num_regions={regions} and img_dim={dim}")

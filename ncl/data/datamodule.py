@@ -364,10 +364,6 @@ class PrecompDataModule(L.LightningDataModule):
         return [self._loader(ImageDataset(split), size, False),
                 self._loader(CaptionDataset(split), size, False)]
 
-    def train_eval_dataloader(self, batch_size: int | None = None) -> DataLoader:
-        """Unshuffled pass over the noisy training pairs (per-sample losses for division)."""
-        return self._loader(self.train_pairs(), batch_size or self.batch_size, False)
-
     def val_dataloader(self) -> list[DataLoader]:
         return self.eval_loaders(self.val_data)
 

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ncl.errors import ConfigError
+from ncl.models.contracts import encode_images
 from ncl.losses.recon import (
     IntraModalTerms,
     RelationKL,
@@ -63,8 +64,7 @@ def check_backbone(net: nn.Module, options: RelationOptions) -> None:
 def relation_forward(net: nn.Module, batch: dict[str, Tensor], options: RelationOptions,
                      relations: bool = True) -> tuple[Tensor, IntraModalTerms | None]:
     """Encode a batch once; return its ``(B, B)`` scores and (optionally) ``L_IM`` per pair."""
-    extra = {"image_lengths": batch["image_lengths"]} if "image_lengths" in batch else {}
-    img = net.encode_images(batch["images"], **extra)  # (B, R, E)
+    img = encode_images(net, batch)  # (B, R, E)
     cap = net.encode_captions(batch["tokens"], batch["lengths"])  # (B, L, E)
     if img.dim() != 3 or cap.dim() != 3:
         raise ConfigError("ReCon needs fine-grained region and word embeddings (B, R, E) and "

@@ -15,7 +15,7 @@ from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 
 from ncl.callbacks.protocols import EpochDiagnostics
-from ncl.data.contracts import RetrievalData
+from ncl.data.contracts import check_features_fit
 from ncl.data.samplers import GLOBAL_TORCH_STREAM, epoch_seed, global_seed
 from ncl.errors import ConfigError
 from ncl.evaluation.metric import (Embeddings, Evaluation, RetrievalEvaluation, logged_test_metrics,
@@ -24,6 +24,7 @@ from ncl.evaluation.nonfinite import EvalSite, check_finite_loss
 from ncl.evaluation.protocol import Protocol
 from ncl.evaluation.report import format_table, write_results
 from ncl.evaluation.selection import SELECTED_KEY, check_selection_monitor, selected_rsum
+from ncl.models.contracts import encode_images
 from ncl.training.distributed import broadcast_buffers_
 from ncl.training.schedule import step_decay
 
@@ -87,17 +88,8 @@ class RetrievalMethod(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         """Check that the data's region count and feature size fit the backbone."""
-        dm = getattr(self.trainer, "datamodule", None)
-        if not isinstance(dm, RetrievalData):  # no ncl DataModule: nothing to check against
-            return
-        regions, dim = dm.feature_shape()
-        for name, net in zip(self.network_names, self.nets):
-            want = (getattr(net, "num_regions", regions), getattr(net, "img_dim", dim))
-            if want != (regions, dim):
-                raise ConfigError(
-                    f"the features in {dm.data_dir} have {regions} regions x {dim} dims, but "
-                    f"the backbone ({name}) is configured for {want[0]} x {want[1]}; set "
-                    f"model.backbone.init_args.num_regions={regions} and img_dim={dim}")
+        check_features_fit(getattr(self.trainer, "datamodule", None),
+                           dict(zip(self.network_names, self.nets)))
 
     def lr_factor(self, epoch: int) -> float:
         """Learning-rate multiplier of ``epoch`` (``LambdaLR``): the step schedule (spec 4.1)."""
@@ -113,12 +105,13 @@ class RetrievalMethod(L.LightningModule):
         return configs[0] if len(configs) == 1 else configs
 
     def apply_lr_factor(self) -> None:
-        """Set this epoch's learning rates (manual optimisation: Lightning steps no scheduler)."""
-        factor = self.lr_factor(self.current_epoch)
-        optimizers = self.optimizers()
-        for opt in optimizers if isinstance(optimizers, list) else [optimizers]:
-            for group in opt.optimizer.param_groups:
-                group["lr"] = group["initial_lr"] * factor  # initial_lr: set by LambdaLR
+        """Set this epoch's learning rates (manual optimisation: Lightning steps no scheduler)
+        from each ``LambdaLR``'s own factor, so that a callback that wraps it
+        (:class:`~ncl.callbacks.SelfRefining`'s restart) acts here too."""
+        for config in self.trainer.lr_scheduler_configs:
+            sched = config.scheduler  # LambdaLR: one factor per param group
+            for group, factor in zip(sched.optimizer.param_groups, sched.lr_lambdas):
+                group["lr"] = group["initial_lr"] * factor(self.current_epoch)
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer,
                                     gradient_clip_val: float | None = None,
@@ -174,9 +167,8 @@ class RetrievalMethod(L.LightningModule):
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         """Encode a batch of images (loader 0) or captions (loader 1) with every network."""
-        if dataloader_idx == 0:  # image_lengths only when region counts differ (collate)
-            extra = {"image_lengths": batch["image_lengths"]} if "image_lengths" in batch else {}
-            images = [net.encode_images(batch["images"], **extra).float() for net in self.nets]
+        if dataloader_idx == 0:
+            images = [encode_images(net, batch).float() for net in self.nets]
             self.evaluation.update(batch["index"], images)
         else:
             lengths = batch["lengths"]

@@ -23,7 +23,7 @@ from ncl.data.contracts import RetrievalData, clean_mask_known, retrieval_data
 from ncl.errors import ConfigError
 from ncl.losses import infonce_loss, triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
-from ncl.training.passes import forward_batch
+from ncl.models.contracts import forward_batch
 
 
 def clean_only_mask(data: RetrievalData) -> np.ndarray:

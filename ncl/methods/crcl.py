@@ -34,7 +34,8 @@ from ncl.division import CorrectionRule, correct_labels, filter_confident_noise
 from ncl.errors import ConfigError
 from ncl.losses import AclForm, active_complementary_terms, average_matching_probability
 from ncl.methods.base import BackboneFactory, RetrievalMethod
-from ncl.training.passes import PassSpec, PerSampleFn, forward_batch
+from ncl.models.contracts import forward_batch
+from ncl.training.passes import PassSpec, PerSampleFn
 from ncl.training.pieces import (OFFICIAL_SCHEDULES_TRAIN_SH, OFFICIAL_WARM_EPOCH, PieceLocation,
                                  PieceSchedule)
 from ncl.training.state import PerSampleState, overwrite

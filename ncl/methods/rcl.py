@@ -22,7 +22,7 @@ from torch import Tensor
 from ncl.data.samplers import METHOD_STREAM, epoch_seed
 from ncl.losses import RCL_ABLATION_REDUCTION, complementary_contrastive_loss, rcl_ablation_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod
-from ncl.training.passes import forward_batch
+from ncl.models.contracts import forward_batch
 
 
 def rcl_optimizer(params) -> torch.optim.Optimizer:  # noqa: ANN001 - parameters iterable

@@ -13,7 +13,8 @@ when ``data.augment`` masks tokens).
 
 Variable region counts: batches whose images have different region counts carry
 ``image_lengths (B,)`` (:func:`ncl.data.datasets.collate`), and only those; callers pass
-``image_lengths`` only when it is not ``None``. A backbone with a fixed region count (SGR/SAF's
+``image_lengths`` only when it is not ``None`` (:func:`forward_batch`, :func:`encode_images`:
+the one adaptor from a collated batch to these calls). A backbone with a fixed region count (SGR/SAF's
 ``BatchNorm1d(R)``) never receives it; a VSE-infinity or video backbone pools over the first
 ``image_lengths[b]`` rows of image ``b`` and ignores the zero padding.
 """
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from torch import Tensor
+from torch import Tensor, nn
 
 
 @runtime_checkable
@@ -83,3 +84,20 @@ class RetrievalBackbone(Protocol):
             entry ``(i, j)`` scores image ``i`` against caption ``j``; the diagonal holds the
             batch's (possibly mismatched) pairs.
         """
+
+
+def forward_batch(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+    """``(B, B)`` similarities of every image/caption pair of a collated batch.
+
+    ``image_lengths`` is passed only when the batch has it (region counts differ within the
+    batch, :func:`ncl.data.datasets.collate`), for backbones that mask padded regions.
+    """
+    extra = {"image_lengths": batch["image_lengths"]} if "image_lengths" in batch else {}
+    return net(batch["images"], batch["tokens"], batch["lengths"], **extra)
+
+
+def encode_images(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+    """``net.encode_images`` of a batch's images, with ``image_lengths`` when the batch has it
+    (the same rule as :func:`forward_batch`)."""
+    extra = {"image_lengths": batch["image_lengths"]} if "image_lengths" in batch else {}
+    return net.encode_images(batch["images"], **extra)

@@ -19,7 +19,8 @@ from torch import Tensor, nn
 from ncl.division import CleanRule, gmm_clean_probability, noise_abandon_mask, split_by_probability
 from ncl.losses import triplet_loss
 from ncl.training.distributed import broadcast_
-from ncl.training.passes import PerSampleFn, forward_batch
+from ncl.models.contracts import forward_batch
+from ncl.training.passes import PerSampleFn
 
 
 @dataclass

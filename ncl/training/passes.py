@@ -54,16 +54,6 @@ class PassSpec:
     per_net_shuffle: bool = False
 
 
-def forward_batch(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-    """``(B, B)`` similarities of every image/caption pair of a collated batch.
-
-    ``image_lengths`` is passed only when the batch has it (region counts differ within the
-    batch, :func:`ncl.data.datasets.collate`), for backbones that mask padded regions.
-    """
-    extra = {"image_lengths": batch["image_lengths"]} if "image_lengths" in batch else {}
-    return net(batch["images"], batch["tokens"], batch["lengths"], **extra)
-
-
 def deal_batches(order: np.ndarray, batch_size: int, rank: int = 0, world: int = 1) -> list[np.ndarray]:
     """This rank's batches of a pass over ``order`` (all sample indices, in pass order).
 

@@ -12,7 +12,7 @@ from ncl.data.precomp import load_split
 from ncl.data.vocab import END, START, build_vocabulary, load_vocabulary
 from ncl.errors import DataError, NclWarning
 
-from helpers import write_split, write_vocab
+from helpers import write_split
 
 
 @pytest.fixture
