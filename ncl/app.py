@@ -113,8 +113,10 @@ class NclCLI(LightningCLI):
                 epoch = int(read_checkpoint(path).get("epoch", 0))
                 self._resume = (path, epoch) if subcommand == "fit" else None
         before = _flat(cfg.get("model")) if cfg is not None else {}
+        own_extra = set(_extra_kwargs(cfg))
         super()._parse_ckpt_path()
         if cfg is not None and cfg.get("ckpt_path"):
+            drop_removed_options(self.config[subcommand], own_extra, cfg.ckpt_path)
             warn_replaced_model_options(before, _flat(self.config[subcommand].get("model")),
                                         cfg.ckpt_path)
 
@@ -206,6 +208,29 @@ def _flat(node: Any, prefix: str = "model") -> dict[str, Any]:
         else:
             out[f"{prefix}.{key}"] = value
     return out
+
+
+def _extra_kwargs(cfg: Any) -> dict[str, Any]:
+    """The model's ``dict_kwargs``: options jsonargparse could not map to a parameter."""
+    model = cfg.get("model") if cfg is not None else None
+    extra = model.get("dict_kwargs") if model is not None and hasattr(model, "get") else None
+    return extra if isinstance(extra, dict) else {}
+
+
+def drop_removed_options(cfg: Any, own: set[str], ckpt_path: str) -> None:
+    """Drop, with one warning, the options a checkpoint stores that the method no longer has.
+
+    LightningCLI passes a checkpoint's stored hyperparameters as keyword arguments; one that an
+    older ncl had and this one removed (NCR's ``loss_figure``, issue 23) would end in a
+    traceback when the method is built. The method's behaviour never depended on them.
+    """
+    extra = _extra_kwargs(cfg)
+    removed = sorted(key for key in extra if key not in own)
+    for key in removed:
+        del extra[key]
+    if removed:
+        warnings.warn(f"{ckpt_path}: the checkpoint stores model options this version of ncl no "
+                      f"longer has, ignored: {', '.join(removed)}", NclWarning, stacklevel=2)
 
 
 def warn_replaced_model_options(before: dict[str, Any], after: dict[str, Any],

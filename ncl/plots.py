@@ -291,10 +291,9 @@ def rsum_figure(series: Mapping[str, Mapping[int, float]], warmup_epochs: Collec
     """Validation rSum per epoch, a line per logged key; warm-up epochs shaded.
 
     Args:
-        series: ``{name: {epoch: rsum}}`` (e.g. ``"val/rsum"``, ``"val_A/rsum"``); a warm-up
-            epoch's ``val_warmup*/rsum`` belongs to the series of the same network.
-        warmup_epochs: the method's warm-up epochs (shaded, hollow points), whether they were
-            logged under ``val_warmup*`` (kept out of model selection) or ``val/*``.
+        series: ``{name: {epoch: rsum}}`` (e.g. ``"val/rsum"``, ``"val_A/rsum"``).
+        warmup_epochs: the method's warm-up epochs (shaded, hollow points; validated like any
+            epoch, selected only with ``select_warmup``).
         title: the figure title.
 
     Returns:

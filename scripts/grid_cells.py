@@ -43,8 +43,11 @@ BENCH = ["--data.batch_size=64"]
 # relation_temperature 0.3: at the code default 1.0 the intra-modal check never fires on this
 # benchmark (D_l empty every epoch), at 0.1 D_c is empty every epoch (docs/methods/recon.md,
 # "Measured": the probe at 40 % caption noise).
+# select_warmup true here and for NCR/LNC: the class default the grid was measured with (it
+# became false in issue 23); it changes which epoch is tested, never the training.
 RECON = ["--model=ncl.methods.recon.ReCon", f"--model.warmup_epochs={WARMUP}", "--model.tau=0.1",
-         "--model.relation_temperature=0.3", "--data.augment=ncl.data.augment.CaptionRegionAugment"]
+         "--model.relation_temperature=0.3", "--data.augment=ncl.data.augment.CaptionRegionAugment",
+         "--model.select_warmup=true"]
 # ReCon's division diagnostics (its epoch_diagnostics: the division in effect for an epoch):
 # subset sizes of D_c, D_l, D_n and the truly noisy pairs in each.
 DIVISION_KEYS = [f"division/{name}{suffix}" for name in ("clean", "local", "noisy")
@@ -60,9 +63,11 @@ METHODS: dict[str, list[str]] = {
                        f"--model.warmup_epochs={WARMUP}"],
     "infonce": ["--model=ncl.methods.baselines.InfoNCE"],
     # NCR / LNC co-teaching (two networks; the test row is their A+B ensemble), 5 warm-up epochs.
-    "ncr": ["--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={WARMUP}"],
+    "ncr": ["--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={WARMUP}",
+            "--model.select_warmup=true"],
     "lnc": ["--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={WARMUP}",
-            "--model.momentum_regularization=true", "--model.noise_abandon=true"],
+            "--model.momentum_regularization=true", "--model.noise_abandon=true",
+            "--model.select_warmup=true"],
     # CRCL: 14 epochs as three self-refining pieces (labels frozen for the first 3 epochs of
     # each), with its official training augmentation; docs/methods/crcl.md.
     "crcl": ["--model=ncl.methods.crcl.CRCL", "--model.pieces=[5, 5, 4]", "--model.freeze_epochs=3",

@@ -7,7 +7,7 @@ epochs need a division, the per-sample pass and the mixture's settings, what it 
 clean probabilities) and owns the result (its checkpointed training state);
 :func:`divide_if_due` does the work: the eval-mode pass (:func:`~ncl.training.passes.run_pass`,
 sharded over ranks and gathered by index), one mixture per network on the chosen column
-(:func:`~ncl.training.division.gmm_probabilities`, rank 0's fit broadcast), then
+(:func:`~ncl.division.co_divide.gmm_probabilities`; rank 0's fit broadcast, :func:`fit_mixtures`), then
 ``accept_division``.
 
 :class:`GMMDivision` calls it in ``on_train_epoch_end`` of epoch ``e - 1`` for epoch ``e``
@@ -26,11 +26,13 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 import lightning as L
+from torch import Tensor
 
-from ncl.callbacks.protocols import GMMDivisible, PerSampleSource
+from ncl.callbacks.protocols import GMMDivisible, GMMSpec, PerSampleSource
 from ncl.data.contracts import retrieval_data
 from ncl.errors import ConfigError
-from ncl.training.division import gmm_probabilities
+from ncl.division.co_divide import gmm_probabilities
+from ncl.training.distributed import broadcast_
 from ncl.training.passes import run_pass
 from ncl.training.schedule import has_epoch
 
@@ -54,9 +56,14 @@ def divide_if_due(trainer: L.Trainer, method: DivisibleMethod, epoch: int) -> bo
                       trainer.global_rank, trainer.world_size, data.num_workers,
                       description="division pass").cpu()  # (K, N, ...)
     column = values if values.dim() == 2 else values[..., gmm.column]  # (K, N)
-    clean_prob = gmm_probabilities(column, gmm.seed, gmm.max_iter, gmm.tol, gmm.reg_covar)
-    method.accept_division(epoch, values, clean_prob)
+    method.accept_division(epoch, values, fit_mixtures(column, gmm))
     return True
+
+
+def fit_mixtures(values: Tensor, gmm: GMMSpec) -> Tensor:
+    """``(K, N)`` clean probabilities from one mixture per row of ``(K, N)`` values, rank 0's
+    on every rank (the fits may differ between ranks with ``seed=None`` or another BLAS)."""
+    return broadcast_(gmm_probabilities(values, gmm.seed, gmm.max_iter, gmm.tol, gmm.reg_covar))
 
 
 def _divisible(pl_module: L.LightningModule) -> DivisibleMethod:

@@ -57,6 +57,14 @@ Paper versus official NCR code (spec 4.2.7, 9.1-9.2), as switches a method shoul
 7. Noisy-subset margin column (loss-level, not here): the code's (B, 1) label column
    indexes the text-to-image hinge by the negative image instead of the anchor caption.
 
+"Division" means one thing in ncl: splitting the training pairs by how likely they are
+clean. This package holds its pure functions; :class:`ncl.callbacks.GMMDivision` makes one
+(the per-sample pass, the mixture, rank 0's fit broadcast). Besides the functions above:
+:mod:`ncl.division.co_divide` (NCR/LNC's :class:`~ncl.division.co_divide.Division` record, the
+mean-hinge pass, the mixture per network, the split and the abandon draw),
+:mod:`ncl.division.three_way` (ReCon's three-way division) and :mod:`ncl.division.stats` (the
+diagnostics of divisions and soft labels).
+
 CRCL's Self-refining Correspondence Correction (CRCL Eq. 10-12, spec 4.4.2) lives in
 :mod:`ncl.division.correction` (:func:`correct_labels` with ``rule: Literal["paper",
 "official", "prediction"]``); see ``docs/methods/crcl.md``.

@@ -28,7 +28,7 @@ from ncl.metrics.noise_detection import detection_metrics
 
 if TYPE_CHECKING:
     from ncl.division.three_way import ThreeWayDivision
-    from ncl.training.division import Division
+    from ncl.division.co_divide import Division
 
 _SUBSETS = (("clean", SUBSET_CLEAN), ("local", SUBSET_LOCAL), ("noisy", SUBSET_NOISY))
 #: Bins of the logged label histograms over [0, 1] (the last bin includes 1).

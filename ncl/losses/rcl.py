@@ -10,7 +10,7 @@ Tables 6-7.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
@@ -21,9 +21,6 @@ from ncl.losses.triplet import triplet_loss
 
 ComplementaryKind = Literal["log", "exp", "gce", "tan", "mae"]
 AblationVariant = Literal["tr", "tr_hn", "cl", "nl", "mae_single", "ccl"]
-
-_KINDS: tuple[str, ...] = ("log", "exp", "gce", "tan", "mae")
-_VARIANTS: tuple[str, ...] = ("tr", "tr_hn", "cl", "nl", "mae_single", "ccl")
 
 #: How the official code reduces each ablation variant over the batch (see rcl_ablation_loss).
 RCL_ABLATION_REDUCTION: dict[str, Literal["sum", "mean"]] = {
@@ -140,7 +137,7 @@ def _complementary_terms(
 
 
 def _check_ccl_args(loss: str, q: float) -> None:
-    check_choice(loss, _KINDS, "loss")
+    check_choice(loss, get_args(ComplementaryKind), "loss")
     if not 0.0 < float(q) <= 1.0:
         raise ValueError(f"`q` (GCE exponent) must lie in (0, 1], got {q}")
 
@@ -264,7 +261,7 @@ def rcl_ablation_loss(
     Returns:
         (B,) per-sample losses.
     """
-    check_choice(variant, _VARIANTS, "variant")
+    check_choice(variant, get_args(AblationVariant), "variant")
     if variant == "tr":
         return triplet_loss(sims, margin, negatives="sum")
     if variant == "tr_hn":

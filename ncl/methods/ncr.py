@@ -40,7 +40,7 @@ from ncl.losses import (NcrMarginMode, RecastKind, ncr_soft_margins, psi4_bounda
                         soft_margin_triplet_loss, triplet_loss)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.training.distributed import average_gradients, broadcast_buffers_
-from ncl.training.division import Division, abandon_mask, mean_hinge, split_clean
+from ncl.division.co_divide import Division, abandon_mask, mean_hinge, split_clean
 from ncl.models.contracts import forward_batch
 from ncl.training.passes import eval_mode
 from ncl.training.plans import (DIVISION_STREAM, PlanLoader, StepDataset, check_cotraining_possible,

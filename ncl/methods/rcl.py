@@ -20,7 +20,8 @@ from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor
 
 from ncl.data.samplers import METHOD_STREAM, epoch_seed
-from ncl.losses import RCL_ABLATION_REDUCTION, complementary_contrastive_loss, rcl_ablation_loss
+from ncl.losses import (RCL_ABLATION_REDUCTION, ComplementaryKind, complementary_contrastive_loss,
+                        rcl_ablation_loss)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.models.contracts import forward_batch
 
@@ -54,7 +55,7 @@ class RCL(RetrievalMethod):
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = rcl_optimizer, tau: float = 0.05,
-                 loss: Literal["log", "exp", "gce", "tan", "mae"] = "log", q: float = 0.2,
+                 loss: ComplementaryKind = "log", q: float = 0.2,
                  negative_ratio: float = -1.0, eps: float = 1e-10,
                  ablation: Literal["none", "tr", "tr_hn", "cl", "nl", "mae_single"] = "none",
                  margin: float = 0.2, seed: int | None = None, **kwargs: Any) -> None:

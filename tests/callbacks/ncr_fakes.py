@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ncl.training.division import mean_hinge
+from ncl.division.co_divide import mean_hinge
 from ncl.training.passes import PassSpec
 from ncl.training.plans import DIVISION_STREAM
 
@@ -100,7 +100,9 @@ def ddp_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
 
     from ncl.division import momentum_update
     from ncl.training.distributed import average_gradients
-    from ncl.training.division import divide
+    from ncl.callbacks.division import fit_mixtures
+    from ncl.callbacks.protocols import GMMSpec
+    from ncl.division.co_divide import divide
     from ncl.training.passes import run_pass
     from ncl.training.state import PerSampleState
 
@@ -111,7 +113,7 @@ def ddp_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         losses = run_pass(ncr_pass(), nets, SgrafPairs(37), 2, torch.device("cpu"), rank, world)
         prob, clean = divide(losses, gmm_seed=0)
         np.random.seed(rank)  # different global RNG per rank: only the broadcast makes them agree
-        prob_global, _ = divide(losses, gmm_seed=None)
+        prob_global = fit_mixtures(losses, GMMSpec(seed=None))  # GMMDivision's fit
         lin = nn.Linear(3, 2)
         torch.manual_seed(0)
         lin.weight.data, lin.bias.data = torch.randn(2, 3), torch.zeros(2)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ncl.division.stats import division_stats
-from ncl.training.division import Division
+from ncl.division.co_divide import Division
 
 
 def _division(keep: bool = False) -> Division:

@@ -19,7 +19,7 @@ from ncl.callbacks.division import GMMDivision
 from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, PassSpec
 from ncl.callbacks.refinement import MomentumRefinement
 from ncl.division import momentum_update
-from ncl.training.division import Division
+from ncl.division.co_divide import Division
 from ncl.training.state import PerSampleState
 
 

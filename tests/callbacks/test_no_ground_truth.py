@@ -13,7 +13,7 @@ from ncl.callbacks import diagnostics
 from ncl.callbacks.diagnostics import Diagnostics, ground_truth
 from ncl.callbacks.protocols import EpochDiagnostics
 from ncl.division.stats import division_stats, label_stats
-from ncl.training.division import Division
+from ncl.division.co_divide import Division
 
 N = 6
 TRUTH = np.array([True, True, True, False, False, True])

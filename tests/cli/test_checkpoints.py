@@ -101,3 +101,26 @@ def test_every_training_config_keeps_a_last_checkpoint() -> None:
         assert any(c.get("monitor") == SELECTED_KEY for c in ckpts), config.name
         assert any(c.get("monitor") is None and c.get("filename") == "last" for c in ckpts), config.name
         assert not any(c.get("save_last") and c.get("monitor") for c in ckpts), config.name
+
+
+def test_resume_ignores_options_an_older_ncl_stored(tmp_path: Path, synthetic_cache: Path,
+                                                    capfd: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint written before an option was removed (NCR's ``loss_figure``, issue 23)
+    resumes with one warning naming it, instead of a traceback when the method is built."""
+    from ncl.cli import main
+
+    root = tmp_path / "runs"
+    args = ["fit", "--config", str(REPO / "configs" / "quickstart.yaml"), *TINY, "--data.preset=tiny",
+            "--data.n_train=null", f"--data.cache_dir={synthetic_cache}", f"--trainer.default_root_dir={root}",
+            "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+            "--trainer.enable_progress_bar=false", "--trainer.logger=false"]
+    main([*args, "--trainer.max_epochs=1"])
+    [last] = root.rglob("last.ckpt")
+    ckpt = torch.load(last, weights_only=False)
+    ckpt["hyper_parameters"]["loss_figure"] = False  # what ncl before issue 23 stored for NCR
+    torch.save(ckpt, last)
+    main([*args, "--trainer.max_epochs=2", f"--ckpt_path={last}"])
+    assert torch.load(last, weights_only=False)["epoch"] == 1  # it trained the second epoch
+    said = [line for line in capfd.readouterr().err.splitlines() if "no longer has" in line]
+    assert len(said) == 1 and said[0].startswith("ncl: warning:")
+    assert said[0].endswith("ignored: loss_figure")

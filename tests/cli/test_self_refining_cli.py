@@ -21,7 +21,7 @@ PIECES = "[1,2]"  # epoch 0 is piece 0; epochs 1-2 are piece 1 (the boundary at 
 
 def refining_args(marker_dir: Path) -> list[str]:
     """SelfRefining on the command line, and the boundary check writing into ``marker_dir``."""
-    return ["--trainer.callbacks+=ncl.callbacks.self_refining.SelfRefining",
+    return ["--trainer.callbacks+=ncl.callbacks.SelfRefining",  # the README's spelling
             f"--trainer.callbacks.pieces={PIECES}",
             "--trainer.callbacks+=refining_helpers.BoundaryCheck",
             "--trainer.callbacks.starts=[0,1]", f"--trainer.callbacks.marker_dir={marker_dir}"]

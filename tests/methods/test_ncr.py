@@ -17,7 +17,7 @@ from ncl.errors import ConfigError
 from ncl.losses import ncr_soft_margins, psi4_boundary, soft_margin_triplet_loss, triplet_loss
 from ncl.methods.ncr import NCR
 from ncl.models.sgraf import SGRAF
-from ncl.training.division import Division, abandon_mask
+from ncl.division.co_divide import Division, abandon_mask
 
 
 def _backbone(vocab: int) -> SGRAF:

@@ -95,8 +95,9 @@ def test_lnc_switches_fit(tmp_path: Path, synthetic_cache: Path) -> None:
     rows = metrics(tmp_path, 0)
     assert [r["epoch"] for r in rows if r.get("division/abandoned")] == ["1"]
     assert any(r.get("train/B/loss_unlabelled_step") for r in rows)
-    assert sorted(p.name for p in tmp_path.rglob("division_epoch*.png")) == [
-        "division_epoch001.png", "division_epoch002.png"]
+    # the Figures callback (added to every fit) draws the abandon draw and the co-divide
+    assert sorted(p.name for p in tmp_path.rglob("loss_gmm_epoch*.png")) == [
+        "loss_gmm_epoch001.png", "loss_gmm_epoch002.png"]
 
 
 def test_two_cpu_processes_fit_resume_test(tmp_path: Path, synthetic_cache: Path,

@@ -9,7 +9,7 @@ import torch
 import torch.multiprocessing as mp
 from callbacks.ncr_fakes import SgrafPairs, ddp_worker, ncr_pass, tiny_sgraf
 
-from ncl.training.division import divide
+from ncl.division.co_divide import divide
 from ncl.training.passes import run_pass
 from ncl.training.distributed import all_gather_rows, broadcast_, gather_by_index
 

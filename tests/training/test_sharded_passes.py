@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from callbacks.ncr_fakes import SgrafPairs, ncr_pass, tiny_sgraf
 from torch import Tensor, nn
 
-from ncl.training.division import mean_hinge
+from ncl.division.co_divide import mean_hinge
 from ncl.training.passes import PassSpec, deal_batches, pass_order, per_sample_pass
 
 N_PAIRS, BATCH = 37, 8  # 37 = 4 batches of 8 and one of 5: not divisible by the world size

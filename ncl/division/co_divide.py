@@ -1,8 +1,9 @@
-"""Divisions by a two-component mixture, as plain functions and data (no Lightning).
+"""Divisions by a two-component mixture, as pure functions and data.
 
 * :func:`gmm_probabilities` - the mixture of any :class:`~ncl.callbacks.division.GMMDivision`:
   one two-component GMM per network on its min-max normalised per-sample values (LNC Eq. 1-3;
-  ReCon Eq. 6), rank 0's posteriors broadcast so that every rank holds the same division.
+  ReCon Eq. 6); the callback broadcasts rank 0's posteriors so that every rank holds the same
+  division.
 * NCR/LNC's co-divide (spec 4.2.3-4.2.5): :func:`mean_hinge` (the per-sample loss of the pass),
   :func:`split_clean` (the clean/noisy threshold), :func:`abandon_mask` (LNC's Randomly Noise
   Abandon, Eq. 7) and the :class:`Division` the method keeps in its training state.
@@ -10,17 +11,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ncl.division import CleanRule, gmm_clean_probability, noise_abandon_mask, split_by_probability
-from ncl.losses import triplet_loss
-from ncl.training.distributed import broadcast_
+from ncl.division.abandon import noise_abandon_mask
+from ncl.division.gmm import gmm_clean_probability
+from ncl.division.split import CleanRule, split_by_probability
+from ncl.losses.triplet import triplet_loss
 from ncl.models.contracts import forward_batch
-from ncl.training.passes import PerSampleFn
+
+#: ``(net, batch) -> (B,)`` per-sample values (:class:`ncl.training.passes.PassSpec`'s ``fn``).
+PerSampleFn = Callable[[nn.Module, dict[str, Tensor]], Tensor]
 
 
 @dataclass
@@ -65,13 +70,11 @@ def gmm_probabilities(values: Tensor, seed: int | None = 0, max_iter: int = 10, 
         max_iter, tol, reg_covar: the official 10 / 1e-2 / 5e-4 (spec 4.2.4).
 
     Returns:
-        ``(K, N)`` float32 on the device of ``values``: rank 0's fits on every rank (the fits
-        may differ between ranks with ``seed=None`` or another BLAS).
+        ``(K, N)`` float32 on the device of ``values``. Under DDP the fits may differ between
+        ranks (``seed=None``, another BLAS): broadcast rank 0's, as GMMDivision does.
     """
-    probs = torch.stack([gmm_clean_probability(row, max_iter, tol, reg_covar, seed).float()
-                         for row in values])
-    broadcast_(probs)
-    return probs
+    return torch.stack([gmm_clean_probability(row, max_iter, tol, reg_covar, seed).float()
+                        for row in values])
 
 
 def split_clean(prob: Tensor, threshold: float = 0.5, clean_rule: CleanRule = "greater") -> Tensor:

@@ -1,4 +1,4 @@
-"""Divisions by a mixture (ncl.training.division; spec 4.2.3-4.2.5, LNC Eq. 1-3, 7) and the
+"""Divisions by a mixture (ncl.division.co_divide; spec 4.2.3-4.2.5, LNC Eq. 1-3, 7) and the
 GMMDivision's work (ncl.callbacks.division.divide_if_due) on a fake method."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ncl.callbacks.division import GMMDivision, divide_if_due
 from ncl.callbacks.protocols import GMMSpec, PassSpec
 from ncl.division import gmm_clean_probability, split_by_probability
 from ncl.errors import ConfigError
-from ncl.training.division import (Division, abandon_mask, divide, gmm_probabilities, mean_hinge,
+from ncl.division.co_divide import (Division, abandon_mask, divide, gmm_probabilities, mean_hinge,
                                    split_clean)
 from ncl.training.passes import deal_batches, eval_mode, pass_order, run_pass
 
