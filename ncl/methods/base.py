@@ -1,12 +1,12 @@
 """The base of every retrieval method (spec 4.1, 5): networks, optimiser and step schedule,
 evaluation steps feeding :class:`~ncl.evaluation.metric.RetrievalEvaluation`, model selection
-(:mod:`ncl.evaluation.selection`), training-state checkpoint hooks. A method adds the rest."""
+(:mod:`ncl.evaluation.selection`); seed and training state for exact resumes come from
+:class:`~ncl.methods.resumable.Resumable`. A method adds the rest."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -16,14 +16,13 @@ from torch import Tensor, nn
 
 from ncl.callbacks.protocols import EpochDiagnostics
 from ncl.data.contracts import check_features_fit
-from ncl.data.samplers import GLOBAL_TORCH_STREAM, epoch_seed, global_seed
 from ncl.errors import ConfigError
-from ncl.evaluation.metric import (Embeddings, Evaluation, RetrievalEvaluation, logged_test_metrics,
-                                   logged_val_metrics, score_networks, summary_line)
+from ncl.evaluation.epoch_end import finish_test, finish_validation
+from ncl.evaluation.metric import Embeddings, Evaluation, RetrievalEvaluation, score_networks
 from ncl.evaluation.nonfinite import EvalSite, check_finite_loss
 from ncl.evaluation.protocol import Protocol
-from ncl.evaluation.report import format_table, write_results
-from ncl.evaluation.selection import SELECTED_KEY, check_selection_monitor, selected_rsum
+from ncl.evaluation.selection import check_selection_monitor
+from ncl.methods.resumable import Resumable
 from ncl.models.contracts import encode_images
 from ncl.training.distributed import broadcast_buffers_
 from ncl.training.schedule import step_decay
@@ -36,7 +35,7 @@ def default_optimizer(params: Any) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=2e-4)
 
 
-class RetrievalMethod(L.LightningModule):
+class RetrievalMethod(Resumable, L.LightningModule):
     """Base LightningModule for image-text retrieval methods.
 
     Args:
@@ -70,7 +69,6 @@ class RetrievalMethod(L.LightningModule):
             self.network_names = tuple(chr(ord("A") + i) for i in range(n_networks))
         self.optimizer_factory = optimizer
         self.evaluation = RetrievalEvaluation(n_networks)  # no state in the checkpoint
-        self._training_seed: int | None = None
 
     @property
     def net(self) -> nn.Module:
@@ -125,41 +123,11 @@ class RetrievalMethod(L.LightningModule):
         """Stop at the first NaN/Inf loss (every rank), before an optimiser step uses it."""
         check_finite_loss(loss, self._trainer, type(self).__name__, self.global_step, self.current_epoch)
 
-    @property
-    def training_seed(self) -> int:
-        """The run's seed (``seed_everything``), fixed at the first epoch and checkpointed."""
-        if self._training_seed is None:
-            self._training_seed = global_seed()
-        return self._training_seed
-
     def on_train_epoch_start(self) -> None:
-        """Reseed torch's global stream from ``(seed, epoch, rank)``: same draws after a resume."""
-        torch.manual_seed(epoch_seed(self.training_seed, self.current_epoch, GLOBAL_TORCH_STREAM,
-                                     self.global_rank))
+        """Reseed the epoch (:class:`Resumable`); set manual optimisation's learning rates."""
+        self.reseed_epoch()
         if not self.automatic_optimization:
             self.apply_lr_factor()
-
-    def training_state(self) -> dict[str, Any]:
-        """Per-sample and schedule state, checkpointed as ``ncl_training_state`` (none here)."""
-        return {}
-
-    def load_training_state(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`training_state` returned."""
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["ncl_training_seed"] = self.training_seed
-        if state := self.training_state():
-            checkpoint["ncl_training_state"] = state
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if "ncl_training_seed" in checkpoint:  # kept even if seed_everything is ``true``
-            self._training_seed = int(checkpoint["ncl_training_seed"])
-        if "ncl_training_state" in checkpoint:
-            self.load_training_state(checkpoint["ncl_training_state"])
-        elif self.training_state() and self.trainer.state.fn == "fit":
-            raise ConfigError(f"cannot resume from {self.trainer.ckpt_path}: it holds no ncl_training_state "
-                              f"({type(self).__name__}'s per-sample state), so an older ncl wrote it (in its "
-                              f"callbacks' state); start a new run, or evaluate it with ncl test --ckpt_path")
 
     def log_train(self, values: dict[str, Tensor | float], batch_size: int) -> None:
         self.log_dict({f"train/{k}": v for k, v in values.items()}, on_step=True,
@@ -195,29 +163,12 @@ class RetrievalMethod(L.LightningModule):
         return self.evaluation.compute(partial(self.similarities, site=site), im_div, protocols)
 
     def on_validation_epoch_end(self) -> None:
-        if self.trainer.sanity_checking or not self.evaluation.cap_index:
-            self.evaluation.reset()  # the sanity check only runs the steps
-            return
-        results = self.evaluate(["1k"]).results
-        selected = list(results)[-1]  # the ensemble when there are several networks
-        if self.trainer.is_global_zero:
-            print(summary_line(self.current_epoch, selected, results[selected]["1k"]), flush=True)
-        for key, value in logged_val_metrics(results, selected).items():
-            self.log(key, value, prog_bar=key == "val/rsum", sync_dist=False, rank_zero_only=False)
-        if self.trainer.state.fn == "fit":  # model selection happens while fitting only
-            value = selected_rsum(results[selected]["1k"]["rsum"], self.selectable(self.current_epoch))
-            self.log(SELECTED_KEY, value, sync_dist=False, rank_zero_only=False)
+        if not self.trainer.sanity_checking and self.evaluation.cap_index:  # sanity: steps only
+            finish_validation(self, self.evaluate)
         self.evaluation.reset()
 
     def on_test_epoch_end(self) -> None:
-        dm = getattr(self.trainer, "datamodule", None)
-        results = self.evaluate(list(getattr(dm, "test_protocols", ["1k"]))).results
-        for key, value in logged_test_metrics(results).items():
-            self.log(key, value)
-        out = Path(self.trainer.log_dir or self.trainer.default_root_dir)  # every rank asks (DDP)
-        if self.trainer.is_global_zero:
-            print("\n" + format_table(results))
-            write_results(results, out)
+        finish_test(self, self.evaluate)
         self.evaluation.reset()
 
     def on_fit_start(self) -> None:
