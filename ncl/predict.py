@@ -1,13 +1,14 @@
 """``ncl predict``: rank the pairs of a split from most to least likely mismatched.
 
 ``ncl predict --config configs/eval_sgraf_f30k.yaml [--config FILE ...] [--key value ...]
---out suspicious.csv [--split train|dev|test]``
+--out suspicious.csv [--split train|dev|test] [--batch_size N] [--margin M]``
 
-The model section must be :class:`ncl.methods.pretrained.Pretrained` (the ``eval_*``
-configs): its ``model.checkpoints`` (ncl ``.ckpt`` of any method, official ``.pth.tar``)
-give the networks. The data section is the DataModule the checkpoints were trained on; on
-the training split its noise is injected exactly as ``ncl fit`` injects it (``noise_type``,
-``noise_ratio``, ``noise_seed`` or ``noise_file``), and CC152K's noise is the real one.
+LightningCLI's ``predict`` subcommand (:class:`ncl.app.NclCLI`). The model section must be
+:class:`ncl.methods.pretrained.Pretrained` (the ``eval_*`` configs): its ``model.checkpoints``
+(ncl ``.ckpt`` of any method, official ``.pth.tar``) give the networks. The data section is the
+DataModule the checkpoints were trained on; on the training split its noise is injected exactly
+as ``ncl fit`` injects it (``noise_type``, ``noise_ratio``, ``noise_seed`` or ``noise_file``),
+and CC152K's noise is the real one.
 
 Per pair, over batches of the training batch size in eval mode (as NCR's co-divide):
 
@@ -22,33 +23,154 @@ The rows (caption index, image index, caption, clean probability, similarity, lo
 written sorted by clean probability ascending. When the DataModule knows its clean mask
 (synthetic or injected noise), the precision/recall/F1 of "clean probability < 0.5 = noisy"
 and the precision of the top-k rows go to the screen and to ``<out stem>.metrics.json``.
+
+Who does what: the DataModule's ``predict_dataloader`` serves the split in the batches of
+:class:`ScoringBatchSampler`; ``Pretrained.predict_step`` gives each batch's averaged score
+matrix; :class:`ncl.callbacks.prediction_writer.RankedPairsWriter` (whose options are
+``--out``, ``--split``, ``--batch_size``, ``--margin``) turns the matrices into per-pair values,
+fits the GMM once every batch is in, and writes the table with the pure functions of this
+module. One device only: the GMM needs the whole split in one process.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
 import sys
-import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
+from torch.utils.data import BatchSampler, Sampler
 
+from ncl.division import gmm_clean_probability
 from ncl.errors import ConfigError
 from ncl.io import atomic_write, atomic_write_text
+from ncl.losses import triplet_loss
+from ncl.metrics.noise_detection import detection_metrics
+from ncl.training.passes import deal_batches
+from ncl.training.plans import DIVISION_STREAM, rng_for
 
 SPLITS = ("train", "dev", "test")
 COLUMNS = ("caption_index", "image_index", "caption", "clean_probability", "similarity", "loss")
 NOISY_BELOW = 0.5  # clean probability under this = predicted noisy (the methods' threshold)
 TOP_K = 100
-USAGE = ("usage: ncl predict --config FILE [--config FILE ...] [--key value ...] --out FILE "
-         "[--split train|dev|test] [--batch_size N] [--margin M]")
+DEFAULT_MARGIN = 0.2  # NCR's margin of the mean hinge its co-divide fits the GMM on
+SCORING_SEED = 0  # seed of the scoring pass's shuffle (the co-divide's stream, epoch 0)
+
+
+# ------------------------------------------------------------------ options
+def check_out(out: Path) -> None:
+    """Raise ConfigError when ``--out`` names no table ncl can write (the folder's
+    writability is checked by the application, :func:`ncl.app.check_prediction_options`)."""
+    if out.suffix not in (".csv", ".parquet"):
+        raise ConfigError(f"--out {out}: the name must end with .csv or .parquet")
+    if out.suffix == ".parquet":
+        try:
+            import pyarrow.parquet  # noqa: F401
+        except ImportError:
+            raise ConfigError(f"--out {out}: Parquet needs pyarrow, which is not installed; "
+                              "use a .csv name") from None
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a folder; give a file name")
+
+
+def check_options(out: str | Path | None, split: str, batch_size: int | None) -> Path:
+    """The options of ``ncl predict``, checked before anything is loaded.
+
+    Returns:
+        ``out`` as a Path.
+
+    Raises:
+        ConfigError: no ``--out``, an unknown split, a batch of fewer than 2 pairs (the mean
+            hinge needs an in-batch negative), or an output name :func:`check_out` refuses.
+    """
+    if out is None:
+        raise ConfigError("ncl predict needs --out FILE (.csv or .parquet)")
+    if split not in SPLITS:
+        raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if batch_size is not None and batch_size < 2:
+        raise ConfigError(f"--batch_size must be at least 2, got {batch_size}")
+    check_out(Path(out))
+    return Path(out)
+
+
+# ------------------------------------------------------------------ the batches
+def scoring_batches(indices: np.ndarray, batch_size: int, seed: int = SCORING_SEED) -> list[np.ndarray]:
+    """The scoring pass's batches over ``indices`` ``(N,)``: shuffled as the co-divide's pass
+    of epoch 0 (:func:`ncl.training.plans.rng_for`, ``DIVISION_STREAM``), cut into
+    ``batch_size`` batches, a last batch of one joining the one before
+    (:func:`ncl.training.passes.deal_batches`). The mean hinge depends on the in-batch
+    negatives, so these batches are part of what a pair's loss means."""
+    order = np.asarray(indices, dtype=np.int64)
+    order = order[rng_for(seed, 0, DIVISION_STREAM, 0).permutation(len(order))]
+    return deal_batches(order, batch_size)
+
+
+class ScoringBatchSampler(BatchSampler):
+    """:func:`scoring_batches` over the indices of ``sampler``, as a batch sampler.
+
+    Lightning re-creates a prediction loader's batch sampler (to record the indices it
+    yields) with the ``sampler`` and ``drop_last`` replaced by the loader's sequential sampler
+    and ``False``; the shuffle is therefore drawn here from ``seed``, not by the sampler, and
+    no pair is ever dropped (``drop_last`` must be false).
+
+    Args:
+        sampler: the dataset's indices, in order (a ``SequentialSampler``).
+        batch_size: pairs per batch (the last batch may hold one more).
+        drop_last: accepted for Lightning; must be false.
+        seed: seed of the shuffle.
+    """
+
+    def __init__(self, sampler: Sampler[int] | Iterable[int], batch_size: int,
+                 drop_last: bool = False, seed: int = SCORING_SEED) -> None:
+        if drop_last:
+            raise ValueError("the scoring pass scores every pair: drop_last must be false")
+        super().__init__(sampler, batch_size, drop_last)
+        self.seed = seed
+
+    def __iter__(self) -> Iterator[list[int]]:
+        indices = np.fromiter(iter(self.sampler), dtype=np.int64)
+        for batch in scoring_batches(indices, self.batch_size, self.seed):
+            yield batch.tolist()
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        count = -(-n // self.batch_size)
+        return count - 1 if count > 1 and n % self.batch_size == 1 else count  # merged tail
+
+
+# ------------------------------------------------------------------ per-pair values
+def pair_values(scores: Tensor, margin: float = DEFAULT_MARGIN) -> tuple[Tensor, Tensor]:
+    """``(similarity, loss)``, each ``(B,)``, of a batch's pairs from its ``(B, B)`` score
+    matrix (images x captions, pair ``i`` on the diagonal): the diagonal, and NCR's mean
+    hinge with in-batch negatives."""
+    return scores.diagonal(), triplet_loss(scores, margin=margin, negatives="mean")
+
+
+@dataclass
+class PairScores:
+    """Per-pair values of one split, in caption order.
+
+    Attributes:
+        image: ``(N,)`` int64 image paired with each caption (after the noise).
+        similarity: ``(N,)`` float64 averaged score of the pair.
+        loss: ``(N,)`` float64 per-sample mean hinge.
+    """
+
+    image: np.ndarray
+    similarity: np.ndarray
+    loss: np.ndarray
+
+
+def clean_probability(loss: np.ndarray) -> np.ndarray:
+    """``(N,)`` float64 GMM clean probability of every pair from its ``(N,)`` loss, fitted on
+    the whole split at once (as the co-divide does)."""
+    return gmm_clean_probability(torch.from_numpy(loss)).numpy().astype(np.float64)
 
 
 # ------------------------------------------------------------------ pure ranking and metrics
@@ -93,8 +215,6 @@ def detection_summary(prob: np.ndarray, loss: np.ndarray, true_clean: np.ndarray
         ``precision``, ``recall``, ``f1`` (of the < 0.5 rule), counts, and
         ``top_k_precision``: ``{"k=<n_noisy>": ..., "k=<top_k>": ...}``.
     """
-    from ncl.metrics.noise_detection import detection_metrics
-
     true_clean = np.asarray(true_clean, dtype=bool)
     if true_clean.shape != np.shape(prob):
         raise ValueError(f"true_clean has shape {true_clean.shape}, prob {np.shape(prob)}")
@@ -107,64 +227,6 @@ def detection_summary(prob: np.ndarray, loss: np.ndarray, true_clean: np.ndarray
             "recall": m["recall"], "f1": m["f1"],
             "top_k_precision": {f"k={k}": top_k_precision(order, true_clean, k)
                                 for k in (n_noisy, top_k)}}
-
-
-# ------------------------------------------------------------------ the per-sample pass
-@dataclass
-class PairScores:
-    """Per-pair values of one split, in caption order.
-
-    Attributes:
-        image: ``(N,)`` int64 image paired with each caption (after the noise).
-        similarity: ``(N,)`` float64 averaged score of the pair.
-        loss: ``(N,)`` float64 per-sample mean hinge.
-    """
-
-    image: np.ndarray
-    similarity: np.ndarray
-    loss: np.ndarray
-
-
-def averaged_batch_scores(nets: Sequence[nn.Module], sizes: Sequence[int],
-                          batch: dict[str, Tensor]) -> Tensor:
-    """``(B, B)`` float64 score matrix of a batch: the mean of each checkpoint's networks,
-    then the equal-weight mean of the checkpoints (as ``ncl test``'s ensemble)."""
-    from ncl.evaluation.combine import hierarchical_mean
-
-    from ncl.models.contracts import forward_batch
-
-    sims = [forward_batch(net, batch).double() for net in nets]
-    groups, start = [], 0
-    for size in sizes:
-        groups.append(sims[start:start + size])
-        start += size
-    return hierarchical_mean(groups)[1]
-
-
-@torch.no_grad()
-def score_pairs(nets: Sequence[nn.Module], sizes: Sequence[int], pairs: torch.utils.data.Dataset,
-                cap2img: np.ndarray, batch_size: int, margin: float, seed: int,
-                device: torch.device) -> PairScores:
-    """Similarity and mean hinge of every pair, in eval mode, one batch in memory at a time.
-
-    The batches are the co-divide's (shuffled with ``seed``, the training batch size): the
-    mean hinge depends on the in-batch negatives, so this is the loss the methods divide on.
-    """
-    from ncl.losses import triplet_loss
-    from ncl.training.passes import deal_batches, eval_mode, to_device
-    from ncl.training.plans import DIVISION_STREAM, IndexBatches, iterate, rng_for
-
-    n = len(pairs)
-    sim, loss = np.zeros(n), np.zeros(n)
-    batches = deal_batches(rng_for(seed, 0, DIVISION_STREAM, 0).permutation(n), batch_size)
-    with eval_mode(*nets):
-        for batch in iterate(IndexBatches(pairs, batches)):
-            batch = to_device(batch, device)
-            scores = averaged_batch_scores(nets, sizes, batch)  # (B, B), images x captions
-            index = batch["index"].cpu().numpy()
-            sim[index] = scores.diagonal().cpu().numpy()
-            loss[index] = triplet_loss(scores, margin=margin, negatives="mean").cpu().numpy()
-    return PairScores(np.asarray(cap2img, dtype=np.int64), sim, loss)
 
 
 # ------------------------------------------------------------------ output
@@ -194,103 +256,6 @@ def write_table(table: dict[str, list], out: Path) -> None:
 def metrics_path(out: Path) -> Path:
     """``suspicious.csv`` -> ``suspicious.metrics.json`` (beside the table)."""
     return out.with_name(f"{out.stem}.metrics.json")
-
-
-def check_out(out: Path) -> None:
-    """Raise ConfigError before any work when ``--out`` cannot be written."""
-    from ncl.app import _unwritable
-
-    if out.suffix not in (".csv", ".parquet"):
-        raise ConfigError(f"--out {out}: the name must end with .csv or .parquet")
-    if out.suffix == ".parquet":
-        try:
-            import pyarrow.parquet  # noqa: F401
-        except ImportError:
-            raise ConfigError(f"--out {out}: Parquet needs pyarrow, which is not installed; "
-                              "use a .csv name") from None
-    if out.is_dir():
-        raise ConfigError(f"--out {out} is a folder; give a file name")
-    reason = _unwritable(out.parent.absolute())
-    if reason is not None:
-        raise ConfigError(f"--out {out} cannot be written: {reason}")
-
-
-# ------------------------------------------------------------------ command
-def parse_own_options(args: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    """``--out``, ``--split``, ``--batch_size``, ``--margin``; the rest is the LightningCLI's."""
-    parser = argparse.ArgumentParser(prog="ncl predict", add_help=False, allow_abbrev=False)
-    parser.add_argument("--out", default=None)
-    parser.add_argument("--split", default="train")
-    parser.add_argument("--batch_size", type=int, default=None)
-    parser.add_argument("--margin", type=float, default=0.2)
-    own, rest = parser.parse_known_args(list(args))
-    if own.out is None:
-        raise ConfigError("ncl predict needs --out FILE (.csv or .parquet)")
-    if own.split not in SPLITS:
-        raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {own.split!r}")
-    if own.batch_size is not None and own.batch_size < 2:
-        raise ConfigError(f"--batch_size must be at least 2, got {own.batch_size}")
-    return own, rest
-
-
-def split_pairs(datamodule: object, split: str) -> tuple[torch.utils.data.Dataset, np.ndarray,
-                                                         list[str], np.ndarray | None]:
-    """``(pairs, cap2img, captions, true clean mask or None)`` of ``split``.
-
-    The training split carries the DataModule's noise; dev/test pairs are as stored (no
-    ground truth: nothing is known to be mismatched there).
-    """
-    from ncl.data.datasets import PairDataset
-
-    if split == "train":
-        datamodule.setup("fit")
-        pairs = datamodule.train_pairs()
-        known = getattr(datamodule, "clean_mask_known", True)
-        clean = np.asarray(datamodule.clean_mask, dtype=bool) if known else None
-        return pairs, np.asarray(pairs.cap2img), pairs.split.captions, clean
-    name = datamodule.val_split if split == "dev" else datamodule.test_split
-    data = datamodule._load(name)  # the whole split, as stored
-    cap2img = np.arange(data.n_captions) // data.im_div
-    return PairDataset(data, cap2img), cap2img, data.captions, None
-
-
-def run_predict(args: Sequence[str]) -> None:
-    """Parse, build the model and data from the config, score, rank and write."""
-    import lightning as L
-
-    from ncl.app import NclArgumentParser, NclCLI
-    from ncl.division import gmm_clean_probability
-    from ncl.methods.base import RetrievalMethod
-    from ncl.methods.pretrained import Pretrained
-
-    if any(a in ("-h", "--help") for a in args):
-        print(USAGE + "\n\n" + __doc__)
-        return
-    own, rest = parse_own_options(args)
-    out = Path(own.out)
-    check_out(out)
-    with warnings.catch_warnings():
-        # The arguments come from ``ncl predict``'s own command line, not a Python caller.
-        warnings.filterwarnings("ignore", message=r"LightningCLI's args parameter is intended")
-        cli = NclCLI(RetrievalMethod, L.LightningDataModule, subclass_mode_model=True,
-                     subclass_mode_data=True, args=[*rest, "--trainer.logger=false"], run=False,
-                     auto_configure_optimizers=False, parser_class=NclArgumentParser,
-                     save_config_callback=None)
-    model, data = cli.model, cli.datamodule
-    if not isinstance(model, Pretrained):
-        raise ConfigError(f"ncl predict needs model ncl.methods.pretrained.Pretrained with "
-                          f"model.checkpoints (e.g. --config configs/eval_sgraf_f30k.yaml), got "
-                          f"{type(model).__module__}.{type(model).__name__}")
-    device = cli.trainer.strategy.root_device
-    model.to(device)
-    pairs, cap2img, captions, true_clean = split_pairs(data, own.split)
-    batch_size = own.batch_size or data.batch_size
-    scores = score_pairs(list(model.nets), model.model_sizes, pairs, cap2img, batch_size,
-                         own.margin, seed=0, device=device)
-    prob = gmm_clean_probability(torch.from_numpy(scores.loss)).numpy().astype(np.float64)
-    summary = None if true_clean is None else detection_summary(prob, scores.loss, true_clean)
-    write_outputs(ranked_table(scores, prob, captions), summary, out)
-    report(prob, summary, own.split, out)
 
 
 def write_outputs(table: dict[str, list], summary: dict[str, object] | None, out: Path) -> None:

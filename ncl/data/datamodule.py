@@ -12,7 +12,7 @@ import lightning as L
 from lightning.pytorch.utilities.parsing import AttributeDict
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
 from ncl.data.augment import Augmentation
 from ncl.data.datasets import CaptionDataset, EpochBatchSampler, ImageDataset, PairDataset, collate
@@ -23,6 +23,7 @@ from ncl.data.samplers import EpochShuffleSampler, global_seed, loader_generator
 from ncl.data.vocab import Vocabulary, load_vocabulary
 from ncl.errors import ConfigError, DataError, NclWarning
 from ncl.io import atomic_save_npy, atomic_write_text
+from ncl.predict import SPLITS as PREDICT_SPLITS, ScoringBatchSampler
 
 Protocol = Literal["1k", "5fold1k", "5k"]
 # A method-supplied training loader: the (noisy) training pairs -> an iterable of batches.
@@ -147,6 +148,10 @@ class PrecompDataModule(L.LightningDataModule):
         self.noise: Noise | None = None
         self._train_plan: TrainPlan | None = None
         self.shuffle_seed: int | None = None  # seed_everything's value at the first epoch
+        # What predict_dataloader serves (use_predict_split), and that split once loaded.
+        self.predict_split, self.predict_batch_size = "train", None
+        self.predict_data: PrecompSplit | None = None
+        self._predict_pairs: PairDataset | None = None
 
     # ----------------------------------------------------------------- properties
     @property
@@ -175,7 +180,7 @@ class PrecompDataModule(L.LightningDataModule):
 
     def feature_shape(self) -> tuple[int, int]:
         """``(regions, feature dim)`` read from the dev (or train) feature file."""
-        split = self.val_data or self.train_split or self.test_data
+        split = self.val_data or self.train_split or self.test_data or self.predict_data
         if split is None:
             split = self._load(self.val_split, self.dev_max_images)
         return split.num_regions, split.feature_dim
@@ -189,19 +194,25 @@ class PrecompDataModule(L.LightningDataModule):
 
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.train_split is None:
-            self.train_split = self._load("train")
-            split = self.train_split
-            self.noise = make_noise(split.n_images, split.n_captions, self.noise_type,
-                                    self.noise_ratio, self.noise_seed,
-                                    self.noise_path)
-            self.hparams.update(self.noise_hparams())
-            self._warn_at_start()
+            self._load_noisy_train()
             self._save_noise()
             self._check_mask_token()
         if stage in ("fit", "validate") and self.val_data is None:
             self.val_data = self._load(self.val_split, self.dev_max_images)
-        if stage in ("test", "predict") and self.test_data is None:
+        if stage == "test" and self.test_data is None:
             self.test_data = self._load(self.test_split)
+        # "predict": nothing yet; the split is chosen after setup (use_predict_split) and
+        # loaded by predict_pairs.
+
+    def _load_noisy_train(self) -> None:
+        """Read the training split and draw (or read) its noise; what ``setup("fit")`` and a
+        prediction on the training split share (neither writes anything)."""
+        self.train_split = self._load("train")
+        split = self.train_split
+        self.noise = make_noise(split.n_images, split.n_captions, self.noise_type,
+                                self.noise_ratio, self.noise_seed, self.noise_path)
+        self.hparams.update(self.noise_hparams())
+        self._warn_at_start()
 
     def _warn_at_start(self) -> None:
         """Rank 0, once per fit: a noise file that contradicts ``noise_ratio``, and the per-device
@@ -369,6 +380,55 @@ class PrecompDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> list[DataLoader]:
         return self.eval_loaders(self.test_data)
+
+    # ----------------------------------------------------------------- prediction
+    def use_predict_split(self, split: str = "train", batch_size: int | None = None) -> None:
+        """Choose what :meth:`predict_dataloader` serves (``ncl predict``'s ``--split`` and
+        ``--batch_size``; the writer calls this in its ``setup``).
+
+        Args:
+            split: ``train`` (the noisy training pairs), ``dev`` or ``test`` (the stored pairs
+                of :attr:`val_split` / :attr:`test_split`, every image).
+            batch_size: pairs per batch; ``None``: :attr:`batch_size`, the co-divide's.
+        """
+        if split not in PREDICT_SPLITS:
+            raise ConfigError(f"--split must be one of {', '.join(PREDICT_SPLITS)}, got {split!r}")
+        if split != self.predict_split:
+            self._predict_pairs = None
+        self.predict_split, self.predict_batch_size = split, batch_size
+
+    def predict_pairs(self) -> PairDataset:
+        """The pairs of the predict split, read once: the training split with its noise, or
+        an evaluation split as stored (caption ``c`` with image ``c // im_div``)."""
+        if self._predict_pairs is None:
+            if self.predict_split == "train":
+                if self.train_split is None:
+                    self._load_noisy_train()
+                self._predict_pairs = self.train_pairs()
+            else:
+                name = self.val_split if self.predict_split == "dev" else self.test_split
+                data = self._load(name)  # the whole split, dev_max_images not applied
+                self._predict_pairs = PairDataset(data, np.arange(data.n_captions) // data.im_div)
+            self.predict_data = self._predict_pairs.split
+        return self._predict_pairs
+
+    def predict_clean_mask(self) -> np.ndarray | None:
+        """``(N,)`` bool ground truth of :meth:`predict_pairs`, or ``None`` where nobody knows
+        which pairs are mismatched (real noise; the evaluation splits are taken as stored)."""
+        if self.predict_split != "train" or not self.clean_mask_known:
+            return None
+        self.predict_pairs()
+        return np.asarray(self.clean_mask, dtype=bool)
+
+    def predict_dataloader(self) -> DataLoader:
+        """The predict split in the scoring pass's batches
+        (:class:`ncl.predict.ScoringBatchSampler`: shuffled as NCR's co-divide,
+        ``predict_batch_size`` or :attr:`batch_size` pairs), never augmented."""
+        pairs = self.predict_pairs()
+        size = self.predict_batch_size or self.batch_size
+        batches = ScoringBatchSampler(SequentialSampler(pairs), size)
+        return DataLoader(pairs, batch_sampler=batches, num_workers=self.num_workers,
+                          collate_fn=collate, persistent_workers=self.num_workers > 0)
 
 
 class SyntheticDataModule(PrecompDataModule):

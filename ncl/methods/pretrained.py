@@ -32,6 +32,7 @@ from ncl.evaluation.combine import Combine, evidence, hierarchical_mean, resolve
 from ncl.evaluation.metric import Embeddings, RetrievalEvaluation
 from ncl.evaluation.nonfinite import EvalSite, check_finite_embeddings, check_finite_similarities
 from ncl.methods.base import BackboneFactory, RetrievalMethod
+from ncl.models.contracts import forward_batch
 from ncl.training.distributed import rank_sharded_similarity
 from ncl.models.checkpoint import (
     DECL_TAU,
@@ -149,9 +150,29 @@ class Pretrained(RetrievalMethod):
         check_finite_similarities(site, name, logits)
         return evidence(logits, self.taus[k])
 
+    # ------------------------------------------------------------------ prediction
+    def batch_scores(self, batch: dict[str, Tensor]) -> Tensor:
+        """``(B, B)`` float64 score matrix (images x captions) of a collated batch: each
+        model's networks averaged, then the models with equal weight, as :meth:`similarities`
+        averages the test matrices under ``combine: score``. Always the sigmoid scores,
+        whatever :attr:`rule` is: the mean hinge ranked on them has its margin (0.2) on the
+        scores' [0, 1] scale, not on DECL's evidence (up to ``e^10``)."""
+        sims = [forward_batch(net, batch).double() for net in self.nets]
+        groups, start = [], 0
+        for size in self.model_sizes:
+            groups.append(sims[start:start + size])
+            start += size
+        return hierarchical_mean(groups)[1]
+
+    def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
+        """``ncl predict``'s step: ``{"index": (B,) int64 caption indices, "scores": (B, B)
+        float64}`` (:meth:`batch_scores`); the per-pair values and the ranking are
+        :class:`~ncl.callbacks.prediction_writer.RankedPairsWriter`'s."""
+        return {"index": batch["index"], "scores": self.batch_scores(batch)}
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        raise ConfigError("ncl.methods.pretrained.Pretrained only evaluates: use `ncl test` or "
-                          "`ncl validate`")
+        raise ConfigError("ncl.methods.pretrained.Pretrained only evaluates: use `ncl test`, "
+                          "`ncl validate` or `ncl predict`")
 
     def configure_optimizers(self) -> None:
         return None

@@ -150,7 +150,9 @@ def test_test_split_has_no_metrics_and_drops_a_stale_metrics_file(
     stale.write_text("{}")
     main([*_predict_args(tmp_path, synthetic_cache, checkpoint, out), "--split", "test"])
     rows = list(csv.DictReader(out.open(newline="", encoding="utf-8")))
-    test_split = SyntheticDataModule(preset="tiny", cache_dir=str(synthetic_cache))._load("test")
+    dm = SyntheticDataModule(preset="tiny", cache_dir=str(synthetic_cache))
+    dm.use_predict_split("test")
+    test_split = dm.predict_pairs().split
     assert len(rows) == test_split.n_captions
     assert all(int(r["image_index"]) == int(r["caption_index"]) // test_split.im_div for r in rows)
     assert not stale.exists()
@@ -197,3 +199,131 @@ def test_parquet_table_when_pyarrow_is_installed(tmp_path: Path) -> None:
              "clean_probability": [0.1, 0.9], "similarity": [0.2, 0.8], "loss": [0.5, 0.1]}
     write_table(table, tmp_path / "x.parquet")
     assert pq.read_table(tmp_path / "x.parquet").to_pydict() == table
+
+
+# ------------------------------------------------------------------ the Lightning parts
+def _co_divide_batches(n: int, batch_size: int) -> list[list[int]]:
+    """The batches ``ncl predict`` scored in before it was LightningCLI's ``predict``: NCR's
+    co-divide shuffle (seed 0, epoch 0, network A), the last batch of one merged."""
+    from ncl.training.passes import deal_batches
+    from ncl.training.plans import DIVISION_STREAM, rng_for
+
+    order = rng_for(0, 0, DIVISION_STREAM, 0).permutation(n)
+    return [batch.tolist() for batch in deal_batches(order, batch_size)]
+
+
+@pytest.mark.parametrize(("n", "batch_size"), [(300, 16), (300, 13), (5, 16), (1, 4)])
+def test_scoring_batch_sampler_gives_the_co_divide_batches(n: int, batch_size: int) -> None:
+    from ncl.predict import ScoringBatchSampler
+
+    sampler = ScoringBatchSampler(range(n), batch_size)
+    batches = list(sampler)
+    assert batches == _co_divide_batches(n, batch_size) and len(sampler) == len(batches)
+    assert sorted(i for batch in batches for i in batch) == list(range(n))  # each pair once
+    with pytest.raises(ValueError, match="drop_last"):
+        ScoringBatchSampler(range(n), batch_size, drop_last=True)
+
+
+def test_datamodule_serves_the_chosen_split(synthetic_cache: Path) -> None:
+    from ncl.errors import ConfigError
+
+    dm = SyntheticDataModule(preset="tiny", cache_dir=str(synthetic_cache), dev_max_images=2, **NOISE)
+    dm.use_predict_split("dev")
+    dev = dm.predict_pairs()
+    assert dev.split.n_images > 2 and len(dev) == dev.split.n_captions  # every dev image
+    assert dm.predict_clean_mask() is None
+    dm.use_predict_split("train", 13)
+    train = dm.predict_pairs()
+    assert dm.predict_clean_mask().tolist() == dm.clean_mask.tolist()
+    loader = dm.predict_dataloader()
+    assert [b["index"].tolist() for b in loader] == _co_divide_batches(len(train), 13)
+    with pytest.raises(ConfigError, match="--split must be one of train, dev, test, got 'val'"):
+        dm.use_predict_split("val")
+
+
+def test_values_are_the_mean_hinge_over_the_co_divide_batches(
+        tmp_path: Path, synthetic_cache: Path, checkpoint: Path) -> None:
+    """Per pair: the diagonal and NCR's mean hinge of the checkpoint's batch matrix, in the
+    co-divide's batches, bit for bit (13 leaves a last batch of one for 300 pairs: merged)."""
+    import torch
+
+    from ncl.data.datasets import collate
+    from ncl.losses import triplet_loss
+    from ncl.methods.pretrained import Pretrained
+    from ncl.models import SGRAF
+
+    out = tmp_path / "suspicious.csv"
+    main([*_predict_args(tmp_path, synthetic_cache, checkpoint, out), "--batch_size", "13",
+          "--margin", "0.3"])
+    rows = list(csv.DictReader(out.open(newline="", encoding="utf-8")))
+
+    dm = SyntheticDataModule(preset="tiny", cache_dir=str(synthetic_cache), **NOISE)
+    dm.setup("fit")
+    pairs = dm.train_pairs()
+    model = Pretrained(dm.vocab_size, [lambda v: SGRAF(v, module_name="SAF", add_mask_token=True, **TINY)],
+                       [str(checkpoint)], names=["SAF"]).eval()
+    similarity, loss = np.zeros(len(pairs)), np.zeros(len(pairs))
+    with torch.no_grad():
+        for index in _co_divide_batches(len(pairs), 13):
+            scores = model.batch_scores(collate([pairs[i] for i in index]))
+            similarity[index] = scores.diagonal().numpy()
+            loss[index] = triplet_loss(scores, margin=0.3, negatives="mean").numpy()
+    caption = np.array([int(r["caption_index"]) for r in rows])
+    assert [float(r["loss"]) for r in rows] == loss[caption].tolist()
+    assert [float(r["similarity"]) for r in rows] == similarity[caption].tolist()
+
+
+def _one_error_line(capsys: pytest.CaptureFixture, exit_info: pytest.ExceptionInfo) -> str:
+    assert exit_info.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1
+    return lines[0]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--split", "val"], "ncl: error: --split must be one of train, dev, test, got 'val'"),
+    (["--batch_size", "1"], "ncl: error: --batch_size must be at least 2, got 1"),
+])
+def test_bad_predict_options_are_one_error(tmp_path: Path, synthetic_cache: Path, checkpoint: Path,
+                                           capsys: pytest.CaptureFixture, extra: list[str],
+                                           message: str) -> None:
+    out = tmp_path / "suspicious.csv"
+    with pytest.raises(SystemExit) as exit_info:
+        main([*_predict_args(tmp_path, synthetic_cache, checkpoint, out), *extra])
+    assert _one_error_line(capsys, exit_info) == message
+    assert not out.exists()
+
+
+def test_unwritable_out_is_one_error(tmp_path: Path, synthetic_cache: Path, checkpoint: Path,
+                                     capsys: pytest.CaptureFixture) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exit_info:
+        main(_predict_args(tmp_path, synthetic_cache, checkpoint, blocker / "suspicious.csv"))
+    line = _one_error_line(capsys, exit_info)
+    assert line.startswith(f"ncl: error: --out {blocker / 'suspicious.csv'} cannot be written")
+
+
+def test_a_training_method_is_refused(tmp_path: Path, synthetic_cache: Path,
+                                      capsys: pytest.CaptureFixture) -> None:
+    override = _write(tmp_path / "rcl.yaml", {
+        "data": _data(synthetic_cache), "model": {"init_args": {"backbone": {"init_args": TINY}}},
+        "trainer": {"accelerator": "cpu", "logger": False, "default_root_dir": str(tmp_path / "eval")}})
+    out = tmp_path / "suspicious.csv"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["predict", "--config", str(REPO / "configs" / "rcl_saf_f30k.yaml"),
+              "--config", str(override), "--out", str(out)])
+    line = _one_error_line(capsys, exit_info)
+    assert line.startswith("ncl: error: ncl predict needs model ncl.methods.pretrained.Pretrained")
+    assert line.endswith("got ncl.methods.rcl.RCL") and not out.exists()
+
+
+def test_help_lists_the_predict_options(capsys: pytest.CaptureFixture) -> None:
+    import re
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["predict", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--out", "--split", "--batch_size", "--margin"):
+        assert re.search(rf"^\s+{flag} ", text, re.MULTILINE), flag

@@ -1,0 +1,147 @@
+"""The writer of ``ncl predict``: per-pair values from the predicted batch matrices, the GMM
+over the whole split, the ranked table (:mod:`ncl.predict` holds the pure parts).
+
+It works through two small protocols: the method gives each batch's score matrix
+(:class:`BatchScorer`, :class:`~ncl.methods.pretrained.Pretrained`), the DataModule serves the
+chosen split (:class:`PredictData`, :class:`~ncl.data.datamodule.PrecompDataModule`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import lightning as L
+import numpy as np
+from lightning.pytorch.callbacks import BasePredictionWriter
+from torch import Tensor
+
+from ncl.data.datasets import PairDataset
+from ncl.errors import ConfigError
+from ncl.predict import (
+    DEFAULT_MARGIN,
+    PairScores,
+    check_options,
+    clean_probability,
+    detection_summary,
+    pair_values,
+    ranked_table,
+    report,
+    write_outputs,
+)
+
+
+@runtime_checkable
+class BatchScorer(Protocol):
+    """A method whose ``predict_step`` returns ``{"index": (B,) int64, "scores": (B, B)}``:
+    the batch's averaged score matrix, images x captions, pair ``i`` on the diagonal."""
+
+    def batch_scores(self, batch: dict[str, Tensor]) -> Tensor: ...
+
+
+@runtime_checkable
+class PredictData(Protocol):
+    """A DataModule that serves one chosen split to ``predict_dataloader``."""
+
+    def use_predict_split(self, split: str = "train", batch_size: int | None = None) -> None: ...
+
+    def predict_pairs(self) -> PairDataset:
+        """The split's pairs: ``split.captions``, ``cap2img`` ``(N,)``, ``len`` = N."""
+
+    def predict_clean_mask(self) -> np.ndarray | None:
+        """``(N,)`` bool ground truth, or ``None`` when unknown."""
+
+
+class RankedPairsWriter(BasePredictionWriter):
+    """Ranks the pairs of a split by how likely they are mismatched (``ncl predict``).
+
+    Every batch's pairs get their similarity and mean hinge (:func:`ncl.predict.pair_values`)
+    as the batch arrives; at the end of the epoch the two-component GMM of the losses of the
+    whole split gives each pair its clean probability, and the table (and its metrics, when
+    the ground truth is known) is written and summarised on screen. One device only: the
+    mixture is fitted on the whole split in one process.
+
+    Args:
+        out: the table to write, ``.csv`` or ``.parquet`` (Parquet needs pyarrow); a
+            ``<stem>.metrics.json`` beside it holds the detection metrics when the clean mask
+            is known.
+        split: the pairs to rank: ``train`` (with the data's noise), ``dev`` or ``test`` (the
+            stored evaluation pairs, all images).
+        batch_size: pairs per scoring batch (the in-batch negatives of the mean hinge);
+            default ``data.batch_size``, the co-divide's.
+        margin: margin of the mean hinge (NCR's 0.2).
+    """
+
+    #: The constructor's options, which are ``ncl predict``'s own (``--out`` ...).
+    OPTIONS = ("out", "split", "batch_size", "margin")
+
+    def __init__(self, out: str | None = None, split: str = "train", batch_size: int | None = None,
+                 margin: float = DEFAULT_MARGIN) -> None:
+        super().__init__(write_interval="batch")
+        self.out = check_options(out, split, batch_size)
+        self.split, self.batch_size, self.margin = split, batch_size, margin
+        self._pairs: PairDataset | None = None
+        self._true_clean: np.ndarray | None = None
+        self._similarity, self._loss = np.zeros(0), np.zeros(0)  # (N,) each once set up
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Check the run, choose the DataModule's split and make room for its values."""
+        if stage != "predict":
+            return
+        data = _check_run(trainer, pl_module)
+        data.use_predict_split(self.split, self.batch_size)
+        self._pairs, self._true_clean = data.predict_pairs(), data.predict_clean_mask()
+        self._similarity = np.full(len(self._pairs), np.nan)  # (N,) float64
+        self._loss = np.full(len(self._pairs), np.nan)  # (N,) float64
+
+    def write_on_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                           prediction: dict[str, Tensor], batch_indices: Sequence[int] | None,
+                           batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Keep the batch's per-pair values at their caption indices (``prediction`` of
+        :class:`BatchScorer`)."""
+        similarity, loss = pair_values(prediction["scores"], self.margin)  # (B,), (B,)
+        index = prediction["index"].cpu().numpy()
+        self._similarity[index] = similarity.cpu().numpy()
+        self._loss[index] = loss.cpu().numpy()
+
+    def on_predict_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Every pair scored: the mixture over the whole split, the table, the metrics."""
+        pairs = self._pairs
+        if pairs is None:
+            return
+        if np.isnan(self._loss).any():  # a loader that skipped pairs (limit_predict_batches)
+            missing = int(np.isnan(self._loss).sum())
+            raise ConfigError(f"ncl predict scored {len(pairs) - missing} of {len(pairs)} pairs; "
+                              "the ranking needs them all (remove trainer.limit_predict_batches)")
+        scores = PairScores(np.asarray(pairs.cap2img, dtype=np.int64), self._similarity, self._loss)
+        prob = clean_probability(scores.loss)
+        summary = (None if self._true_clean is None
+                   else detection_summary(prob, scores.loss, self._true_clean))
+        write_outputs(ranked_table(scores, prob, pairs.split.captions), summary, self.out)
+        report(prob, summary, self.split, self.out)
+
+
+def _check_run(trainer: L.Trainer, pl_module: L.LightningModule) -> PredictData:
+    """The DataModule, once the run is one that can be ranked; one ConfigError otherwise."""
+    if trainer.world_size > 1:
+        raise ConfigError(f"ncl predict runs on one device (the GMM is fitted on the whole split "
+                          f"in one process), got {trainer.world_size} processes; set "
+                          f"--trainer.devices 1 --trainer.num_nodes 1")
+    check_scorer(pl_module)
+    data = trainer.datamodule
+    if not isinstance(data, PredictData):
+        got = "no DataModule" if data is None else f"{type(data).__module__}.{type(data).__name__}"
+        raise ConfigError(f"ncl predict needs a DataModule that serves a chosen split "
+                          f"(ncl.data.datamodule.PrecompDataModule or a subclass), got {got}")
+    return data
+
+
+
+def check_scorer(pl_module: L.LightningModule) -> None:
+    """Raise ConfigError unless ``pl_module`` predicts batch matrices (:class:`BatchScorer`).
+    The application calls it before ``Trainer.predict``, whose own check would otherwise
+    stop a training method with "requires `forward` method" first."""
+    if not isinstance(pl_module, BatchScorer):
+        raise ConfigError(f"ncl predict needs model ncl.methods.pretrained.Pretrained with "
+                          f"model.checkpoints (e.g. --config configs/eval_sgraf_f30k.yaml), got "
+                          f"{type(pl_module).__module__}.{type(pl_module).__name__}")
