@@ -1,9 +1,10 @@
 """Multi-node examples: the scripts parse, and two torchrun "nodes" on localhost train together.
 
-The two-node run is what ``scripts/slurm/ncl_torchrun.sh`` does on two machines, with one CPU
-process per "node" and gloo (Lightning's choice on CPU): each node runs its own ``torchrun``
-(``--nnodes 2 --node_rank 0/1``), both meet at 127.0.0.1, and Lightning takes the ranks from
-torchrun's environment (TorchElasticEnvironment). It must see a world of 2 and finish the epoch.
+The two-node run is what ``ncl_torchrun.sh`` (written by ``python -m ncl.reproduce slurm``) does
+on two machines, with one CPU process per "node" and gloo (Lightning's choice on CPU): each node
+runs its own ``torchrun`` (``--nnodes 2 --node_rank 0/1``), both meet at 127.0.0.1, and Lightning
+takes the ranks from torchrun's environment (TorchElasticEnvironment). It must see a world of 2
+and finish the epoch.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-SLURM_DIR = REPO / "scripts" / "slurm"
+SLURM_DIR = REPO / "ncl" / "reproduce" / "templates"  # package data
 SCRIPTS = [SLURM_DIR / "ncl_multinode.sbatch", SLURM_DIR / "ncl_torchrun.sh"]
 TINY_BACKBONE = {"img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16, "sim_dim": 8}
 TIMEOUT_S = 240

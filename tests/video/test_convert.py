@@ -1,23 +1,16 @@
-"""scripts/convert_video_release.py writes a layout that VideoDataModule reads back."""
+"""``python -m ncl.data.video_convert`` writes a layout that VideoDataModule reads back."""
 
 from __future__ import annotations
 
-import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ncl.data import video_convert
 from ncl.data.video import VideoDataModule
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "convert_video_release.py"
-
-
-def converter():  # noqa: ANN201 - a module
-    spec = importlib.util.spec_from_file_location("convert_video_release", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def release(tmp_path: Path) -> list[str]:
@@ -41,7 +34,7 @@ def release(tmp_path: Path) -> list[str]:
 
 def test_converted_release_loads_with_pooling_padding_and_fixed_counts(tmp_path: Path) -> None:
     args = release(tmp_path)
-    converter().main([*args, "--captions-per-clip", "3"])
+    video_convert.main([*args, "--captions-per-clip", "3"])
     dm = VideoDataModule(str(tmp_path / "data"), "toymsvd", batch_size=2)
     assert dm.feature_shape() == (2, 6)  # experts appearance (4-d, padded) and motion (6-d)
     dm.setup("fit")
@@ -59,4 +52,12 @@ def test_converted_release_loads_with_pooling_padding_and_fixed_counts(tmp_path:
 
 def test_varying_counts_without_captions_per_clip_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="--captions-per-clip"):
-        converter().main(release(tmp_path))
+        video_convert.main(release(tmp_path))
+
+
+def test_the_module_runs_with_python_dash_m(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "ncl.data.video_convert", *release(tmp_path),
+                           "--captions-per-clip", "3"], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "wrote" in done.stdout and (tmp_path / "data" / "toymsvd" / "manifest.json").is_file()

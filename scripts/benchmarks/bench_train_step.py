@@ -26,9 +26,9 @@ with every timing.
 
 Usage::
 
-    python scripts/bench_train_step.py --threads 1
-    python scripts/bench_train_step.py --threads 1 --compare-git HEAD --skip-profile
-    python scripts/bench_train_step.py --threads 1 --chunk-sizes 0 1 4 --modules SGR
+    python scripts/benchmarks/bench_train_step.py --threads 1
+    python scripts/benchmarks/bench_train_step.py --threads 1 --compare-git HEAD --skip-profile
+    python scripts/benchmarks/bench_train_step.py --threads 1 --chunk-sizes 0 1 4 --modules SGR
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Share of a training step spent waiting for data, on an official-size feature file.
 
 For each ``--workers`` value, in a fresh subprocess: ``PrecompDataModule.setup("fit")`` on a
-dataset written by ``scripts/bench_mmap.py --keep`` (or any official-layout folder), its own
+dataset written by ``scripts/benchmarks/bench_mmap.py --keep`` (or any official-layout folder), its own
 training loader (shuffled, ``--batch`` pairs), and ``--steps`` training steps. Per step it
 times ``next(iterator)`` (the wait for the batch: in the main process with 0 workers, the
 hand-over from the worker processes otherwise) and the step itself (forward, backward,
@@ -17,8 +17,8 @@ so that the batches are read from disk.
 
 Usage::
 
-    python scripts/bench_mmap.py --sizes 16000 --keep --steps 1
-    python scripts/bench_data_path.py --data /tmp/ncl_bench/official_16000 --model official
+    python scripts/benchmarks/bench_mmap.py --sizes 16000 --keep --steps 1
+    python scripts/benchmarks/bench_data_path.py --data /tmp/ncl_bench/official_16000 --model official
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     feats = Path(args.data) / args.data_name / "train_ims.npy"
     if not feats.is_file():
         raise SystemExit(f"--data: {feats} not found; write it with "
-                         f"'python scripts/bench_mmap.py --sizes 16000 --keep'")
+                         f"'python scripts/benchmarks/bench_mmap.py --sizes 16000 --keep'")
     print_header("bench_data_path", argv,
                  f"model {args.model}, batch {args.batch}, threads {args.threads} (main process; "
                  f"workers use 1 each), {'cold' if args.cold else 'warm'} page cache, "

@@ -25,8 +25,8 @@ unless ``--keep``.
 
 Usage::
 
-    python scripts/bench_mmap.py                         # ~6 GB under /tmp/ncl_bench
-    python scripts/bench_mmap.py --sizes 500 2000 --steps 10   # quick check
+    python scripts/benchmarks/bench_mmap.py                         # ~6 GB under /tmp/ncl_bench
+    python scripts/benchmarks/bench_mmap.py --sizes 500 2000 --steps 10   # quick check
 """
 
 from __future__ import annotations

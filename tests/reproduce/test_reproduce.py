@@ -1,5 +1,6 @@
-"""scripts/reproduce.py: the tiny grid end to end and resumed, the paper grid's command lines,
-and the pure pieces (cell ids, the detection read-back, option errors)."""
+"""``python -m ncl.reproduce``: the tiny grid end to end and resumed, the config presets' command
+lines, the other presets' overrides, and the pure pieces (cell ids, the detection read-back,
+option errors)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
+from ncl.reproduce import cli as reproduce
+from ncl.reproduce.cells import cell_env
+from ncl.reproduce.grid import CLEAN, PRESETS, Cell, grid
+from ncl.reproduce.records import detection, detection_of_row
+from ncl.reproduce.tables import purity_table, rsum_summary
 
-import reproduce  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 # NCR (divides the data: detection table) at 50 % caption noise, one seed: one cell, to keep the
 # test to four CLI processes (the sharing of the clean cell is tested on grid() below).
@@ -63,7 +67,7 @@ def test_paper_dry_run_builds_the_method_configs_command_lines(tmp_path: Path,
     assert reproduce.main(["--preset", "paper", "--seeds", "0", "--dry-run", "--out", str(tmp_path),
                            "--data-root", "/data"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(sys.executable)]
-    rows = len(reproduce.PRESETS["paper"].rows)
+    rows = len(PRESETS["paper"].rows)
     assert len(lines) == 2 * rows * 7  # fit + test; ratio 0 once, 3 ratios x 2 kinds
     assert not (tmp_path / "cells").exists()  # nothing ran
     commands = [shlex.split(line) for line in lines]
@@ -82,17 +86,17 @@ def test_paper_dry_run_builds_the_method_configs_command_lines(tmp_path: Path,
     # the overrides are valid for the CLI (parsed, nothing trained)
     command = fits[("rcl_sgr_f30k.yaml", "--data.noise_type=caption")]
     done = subprocess.run([*command, "--print_config"], capture_output=True, text=True, check=False,
-                          cwd=REPO, env=reproduce.cell_env(threads=1))
+                          cwd=REPO, env=cell_env(threads=1))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "NclCSVLogger" in done.stdout and "noise_file: null" in done.stdout
 
 
 def test_grid_shares_the_clean_cell_between_noise_kinds() -> None:
-    cells = reproduce.grid([("ncr", "SGR"), ("rcl", "SAF")], ("caption", "image"), (0.0, 0.2), (0, 1))
+    cells = grid([("ncr", "SGR"), ("rcl", "SAF")], ("caption", "image"), (0.0, 0.2), (0, 1))
     assert len(cells) == 2 * 2 * (1 + 2)
     assert len({c.id for c in cells}) == len(cells)
-    assert {c.noise_type for c in cells if c.noise == 0} == {reproduce.CLEAN}
-    assert cells[0].label == "NCR-SGR" and reproduce.Cell("triplet_warmup", "SGR", "image", 0.2, 0).label.startswith("SGR*")
+    assert {c.noise_type for c in cells if c.noise == 0} == {CLEAN}
+    assert cells[0].label == "NCR-SGR" and Cell("triplet_warmup", "SGR", "image", 0.2, 0).label.startswith("SGR*")
 
 
 def test_rsum_summary_gives_mean_std_and_range_per_kind_and_ratio() -> None:
@@ -101,7 +105,7 @@ def test_rsum_summary_gives_mean_std_and_range_per_kind_and_ratio() -> None:
 
     records = [rec("A", "clean", 0.0, 500.0), rec("A", "clean", 0.0, 510.0), rec("A", "caption", 0.2, 400.0),
                rec("A", "image", 0.2, 300.0), rec("A", "image", 0.2, 310.0), rec("A", "image", 0.2, 320.0)]
-    table = reproduce.rsum_summary(records, ["caption", "image"], ["A", "B"], [0.0, 0.2])
+    table = rsum_summary(records, ["caption", "image"], ["A", "B"], [0.0, 0.2])
     head, _, row_a, row_b = table.splitlines()
     assert head == "| method | clean | caption 20 % | image 20 % |"
     # sample std of (500, 510) = 7.07; of (300, 310, 320) = 10; one value: no spread
@@ -113,30 +117,30 @@ def test_recon_detection_counts_its_noisy_set() -> None:
     # 100 truly noisy pairs: 10 in D_c, 20 in D_l, 70 in D_n (of 80 pairs): P 70/80, R 70/100.
     row = {"epoch": "3", "division/noisy": "80", "division/clean_true_noisy": "10",
            "division/local_true_noisy": "20", "division/noisy_true_noisy": "70"}
-    got = reproduce.detection_of_row(row, "three-way")
+    got = detection_of_row(row, "three-way")
     assert got["precision"] == pytest.approx(0.875) and got["recall"] == pytest.approx(0.7)
     assert got["f1"] == pytest.approx(2 * 0.875 * 0.7 / 1.575)
     # clean-set purity: 10 noisy of D_c's 400, 30 of D_c + D_l's 400 + 100
-    got = reproduce.detection_of_row({**row, "division/clean": "400", "division/local": "100"}, "three-way")
+    got = detection_of_row({**row, "division/clean": "400", "division/local": "100"}, "three-way")
     assert got["clean_noisy"] == pytest.approx(0.025) and got["rough_clean_noisy"] == pytest.approx(0.06)
-    table = reproduce.purity_table([{"label": "R", "noise": 0.2, "noise_type": "image",
+    table = purity_table([{"label": "R", "noise": 0.2, "noise_type": "image",
                                      "detection": {"after_warmup": got, "end": got}}],
                                    ["caption", "image"], ["R"], [0.0, 0.2])
     assert table.splitlines()[-1] == "| R | image 20 % | 6.0 | 2.5 | 6.0 | 2.5 |"
     nets = {"epoch": "1", "division/A/precision": "0.5", "division/A/recall": "1", "division/A/f1": "0.6",
             "division/B/precision": "0.7", "division/B/recall": "0", "division/B/f1": "0.2"}
-    assert reproduce.detection_of_row(nets, "co-divide") == pytest.approx(
+    assert detection_of_row(nets, "co-divide") == pytest.approx(
         {"precision": 0.6, "recall": 0.5, "f1": 0.4})
     # CRCL: the zeroed labels (865 of the 1,033 zeroed are truly noisy; 996 noisy pairs)
     crcl = {"epoch": "7", "labels/all/zero": "1033", "labels/noisy/zero": "865", "labels/noisy/count": "996",
             "labels/noisy_precision": "0.27", "labels/noisy_recall": "0.99", "labels/noisy_f1": "0.43"}
-    got = reproduce.detection_of_row(crcl, "labels")
+    got = detection_of_row(crcl, "labels")
     assert got["precision"] == pytest.approx(865 / 1033) and got["recall"] == pytest.approx(865 / 996)
     old_run = {k: v for k, v in crcl.items() if "/zero" not in k and "/count" not in k}
-    assert reproduce.detection_of_row(old_run, "labels")["f1"] == pytest.approx(0.43)
+    assert detection_of_row(old_run, "labels")["f1"] == pytest.approx(0.43)
     # the first division at or after the warm-up, and the last
     rows = [{**nets, "epoch": "0"}, {**nets, "epoch": "2", "division/A/f1": "1.0"}, {"epoch": "3"}]
-    got = reproduce.detection(rows, "co-divide", warmup=1)
+    got = detection(rows, "co-divide", warmup=1)
     assert got["after_warmup"]["epoch"] == 2 == got["end"]["epoch"]
 
 

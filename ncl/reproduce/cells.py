@@ -1,21 +1,14 @@
-"""One grid cell through the real CLI, and the benchmark's method overrides, shared by the scripts.
-
-``scripts/robustness_grid.py``, ``scripts/reproduce.py``, ``scripts/lnc_mr_sweep.py`` and
-``scripts/recon_tables.py`` import this module (they run with ``scripts/`` first on
-``sys.path``; tests put it there). It lives next to them rather than in the ``ncl`` package
-because everything in it is about this repository's benchmark: it points at
-``configs/quickstart.yaml`` and runs ``python -m ncl.cli`` from the checkout, neither of which an
-installed ``ncl`` has.
+"""One grid cell through the real CLI: ``ncl fit``, then ``ncl test`` of its best checkpoint.
 
 What is here:
 
-* :data:`METHODS` - method name -> CLI overrides on top of the quickstart config (the
+* :data:`METHODS` - method name -> CLI overrides on top of ``configs/quickstart.yaml`` (the
   synthetic benchmark of ``docs/results.md``), with :data:`BENCH`, :data:`WARMUP`, :data:`RECON`.
+* :func:`configs_dir` - where the repository's ``configs/`` folder is (configs are not part of
+  the installed package: run from a checkout, or name the folder).
 * :func:`cell_env`, :func:`run_cli`, :func:`fit_then_test` - run ``ncl fit`` (resuming a killed
   fit from its ``last.ckpt``) and ``ncl test`` of the best checkpoint in fresh processes.
-* :func:`read_metrics`, :func:`newest`, :func:`append_row`, :func:`keep_row`,
-  :func:`method_noise_table` - reading
-  a run back and writing the grid's rows and tables.
+* :func:`read_metrics`, :func:`newest` - reading a run back.
 """
 
 from __future__ import annotations
@@ -27,13 +20,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-QUICKSTART = REPO / "configs" / "quickstart.yaml"
+import ncl
+
+#: The folder that holds the ``ncl`` package being run (the checkout, or ``site-packages``).
+PACKAGE_ROOT = Path(ncl.__file__).resolve().parents[1]
 
 WARMUP = 5  # warm-up epochs of SGR* and NCR/LNC in the 14-epoch benchmark of docs/results.md
 # The benchmark's own settings on top of the quickstart config, fixed here so that the
@@ -48,10 +43,6 @@ BENCH = ["--data.batch_size=64"]
 RECON = ["--model=ncl.methods.recon.ReCon", f"--model.warmup_epochs={WARMUP}", "--model.tau=0.1",
          "--model.relation_temperature=0.3", "--data.augment=ncl.data.augment.CaptionRegionAugment",
          "--model.select_warmup=true"]
-# ReCon's division diagnostics (its epoch_diagnostics: the division in effect for an epoch):
-# subset sizes of D_c, D_l, D_n and the truly noisy pairs in each.
-DIVISION_KEYS = [f"division/{name}{suffix}" for name in ("clean", "local", "noisy")
-                 for suffix in ("", "_true_noisy")]
 # Method name -> CLI overrides on top of the quickstart config (same backbone, optimiser,
 # data; only the loss changes).
 METHODS: dict[str, list[str]] = {
@@ -92,15 +83,33 @@ class CellError(RuntimeError):
     """A CLI call of a cell failed; the message holds the command and the end of its stderr."""
 
 
+def configs_dir(explicit: Path | None = None) -> Path:
+    """The repository's ``configs/`` folder (absolute).
+
+    ``explicit`` (``--configs``) if given, else ``./configs`` of the working directory, else the
+    one beside the running ``ncl`` package (a checkout or an editable install).
+
+    Raises:
+        SystemExit: no such folder holds ``quickstart.yaml``.
+    """
+    candidates = [explicit] if explicit is not None else [Path.cwd() / "configs", PACKAGE_ROOT / "configs"]
+    for folder in candidates:
+        if (folder / "quickstart.yaml").is_file():
+            return folder.resolve()
+    where = " or ".join(str(c) for c in candidates)
+    raise SystemExit(f"no configs/quickstart.yaml in {where}: the grids use the repository's configs/; "
+                     "run from the checkout or pass --configs DIR")
+
+
 def cell_env(threads: int | None = None, cuda_devices: str | None = None) -> dict[str, str]:
     """The environment of a cell's processes.
 
-    W&B off, warnings quiet, the checkout importable; ``threads`` sets ``OMP_NUM_THREADS``
-    (the cell's share of the CPU) and ``cuda_devices`` ``CUDA_VISIBLE_DEVICES`` (its GPU);
-    ``None`` leaves the caller's value.
+    W&B off, warnings quiet, this ``ncl`` first on ``PYTHONPATH``; ``threads`` sets
+    ``OMP_NUM_THREADS`` (the cell's share of the CPU) and ``cuda_devices``
+    ``CUDA_VISIBLE_DEVICES`` (its GPU); ``None`` leaves the caller's value.
     """
-    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONWARNINGS": "ignore",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+    path = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONWARNINGS": "ignore", "PYTHONPATH": path}
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
         env["MKL_NUM_THREADS"] = str(threads)
@@ -205,46 +214,3 @@ def fit_then_test(common: Sequence[str], fit_args: Sequence[str], run_root: Path
     results = json.loads(newest(run_root, "test_results.json").read_text())
     return FitTest(metrics, results, best, round(fit_seconds, 1), round(test_seconds, 1), round(cpu, 1),
                    resumed)
-
-
-def append_row(path: Path, row: dict[str, Any]) -> None:
-    """Append ``row`` to the CSV at ``path``, writing the header when the file is new."""
-    new = not path.exists()
-    with open(path, "a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(row))
-        if new:
-            writer.writeheader()
-        writer.writerow(row)
-
-
-def keep_row(rows: list[dict[str, Any]], row: dict[str, Any], path: Path) -> None:
-    """A finished cell's row: kept in ``rows``, printed as JSON and appended to the CSV ``path``."""
-    rows.append(row)
-    print(json.dumps(row), flush=True)
-    append_row(path, row)
-
-
-def method_noise_table(rows: Sequence[dict[str, Any]], method_of: Callable[[dict[str, Any]], str],
-                       cell_text: Callable[[list[dict[str, Any]]], str],
-                       noise_label: Callable[[float], str] = lambda n: f"{round(100 * n)} %",
-                       missing: str = "not run") -> str:
-    """Markdown table: one row per method (first-seen order), one column per noise ratio.
-
-    Args:
-        rows: result rows with a float ``"noise"``.
-        method_of: the row's method label.
-        cell_text: text of one cell from its rows (never called with an empty list).
-        noise_label: column header of a ratio.
-        missing: text of a (method, ratio) without rows.
-    """
-    methods = list(dict.fromkeys(method_of(r) for r in rows))
-    noises = sorted({float(r["noise"]) for r in rows})
-    lines = ["| method | " + " | ".join(noise_label(n) for n in noises) + " |",
-             "|---|" + "---|" * len(noises)]
-    for m in methods:
-        cells = []
-        for n in noises:
-            group = [r for r in rows if method_of(r) == m and float(r["noise"]) == n]
-            cells.append(cell_text(group) if group else missing)
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)

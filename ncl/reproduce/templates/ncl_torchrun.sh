@@ -1,8 +1,9 @@
 #!/bin/bash
 # Multi-node DDP with torchrun (no SLURM): 2 nodes x 4 GPUs = 8 processes (world size 8).
-# Run this script on every node, from the repository root, with that node's rank:
-#   node 0 (HOST):  NODE_RANK=0 MASTER_HOST=HOST scripts/slurm/ncl_torchrun.sh
-#   node 1:         NODE_RANK=1 MASTER_HOST=HOST scripts/slurm/ncl_torchrun.sh
+# Write it with `python -m ncl.reproduce slurm --out slurm`, edit the `ncl fit` line at the end,
+# and run it on every node, from the folder that holds configs/, with that node's rank:
+#   node 0 (HOST):  NODE_RANK=0 MASTER_HOST=HOST slurm/ncl_torchrun.sh
+#   node 1:         NODE_RANK=1 MASTER_HOST=HOST slurm/ncl_torchrun.sh
 # HOST is an address of one of the nodes that all nodes can reach on port 29500.
 #
 # torchrun starts --nproc_per_node processes on each node and sets RANK, LOCAL_RANK,

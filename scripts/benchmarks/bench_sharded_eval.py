@@ -24,8 +24,8 @@ machine the load changes the numbers, read them with it.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python scripts/bench_sharded_eval.py   # ~4-6 min on the shared 2 cores
-    python scripts/bench_sharded_eval.py --images 200 --shard-sizes 100  # quick check
+    OMP_NUM_THREADS=1 python scripts/benchmarks/bench_sharded_eval.py   # ~4-6 min on the shared 2 cores
+    python scripts/benchmarks/bench_sharded_eval.py --images 200 --shard-sizes 100  # quick check
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""The benchmarks in scripts/ still run and print what they claim to measure, at toy sizes.
+"""The benchmarks in scripts/benchmarks/ still run and print what they claim to measure, at toy
+sizes.
 
 These are smoke tests, not measurements: every timing printed here is meaningless. They run
 each benchmark's real command line (parent, worker children, tables) so that a change to ncl
-or to ``scripts/benchlib.py`` cannot silently break the scripts the docs' numbers come from.
+or to ``scripts/benchmarks/benchlib.py`` cannot silently break the scripts the docs' numbers
+come from.
 """
 
 from __future__ import annotations
@@ -16,17 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ROOT / "scripts"
-sys.path.insert(0, str(SCRIPTS))
+BENCHMARKS = Path(__file__).resolve().parents[1]
+ROOT = BENCHMARKS.parents[1]
+sys.path.insert(0, str(BENCHMARKS))
 
-import benchlib  # noqa: E402  (scripts/ is not a package; the scripts import it the same way)
+import benchlib  # noqa: E402  (not a package; the scripts import it the same way)
 
 
 def run_bench(name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """``python scripts/NAME.py ARGS`` with one thread, as a user would run it."""
+    """``python scripts/benchmarks/NAME.py ARGS`` with one thread, as a user would run it."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py"), *args],
+    done = subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), *args],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     if check:
         assert done.returncode == 0, done.stderr[-3000:]
@@ -38,7 +40,7 @@ def assert_header(stdout: str, name: str, argv: tuple[str, ...]) -> None:
     lines = stdout.splitlines()
     assert lines[0].startswith(f"# {name}: ") and "logical cores" in lines[0]
     assert re.search(r"load average \d+\.\d\d, \d+\.\d\d, \d+\.\d\d", lines[0])
-    assert lines[1] == f"command: python scripts/{name}.py " + " ".join(argv)
+    assert lines[1] == f"command: python scripts/benchmarks/{name}.py " + " ".join(argv)
 
 
 def table_rows(stdout: str, first: str) -> list[list[str]]:

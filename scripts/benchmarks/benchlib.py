@@ -1,10 +1,10 @@
-"""What the benchmarks in ``scripts/`` share: the machine line, the load, the worker children.
+"""What the benchmarks in ``scripts/benchmarks/`` share: the machine line, the load, the worker children.
 
 Every benchmark measures in fresh child processes (``--worker TASK`` on its own command line)
 so that one measurement's allocations, threads or imports cannot colour the next, and prints
 the machine and its load with the numbers: on a shared machine the load changes them, and a
-table read without it misleads. The scripts are run as ``python scripts/NAME.py``, which puts
-this folder first on ``sys.path``, so they import this file as ``benchlib``.
+table read without it misleads. The scripts are run as ``python scripts/benchmarks/NAME.py``,
+which puts this folder first on ``sys.path``, so they import this file as ``benchlib``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout
 
 
 def load_average() -> str:
@@ -64,7 +64,7 @@ def print_header(name: str, argv: list[str], facts: str) -> None:
     """The two lines every benchmark starts with: the machine and load, and its command."""
     print(f"# {name}: {machine()}, {facts}, {load_average()} "
           "(the machine may be shared with other jobs)")
-    print(f"command: python scripts/{name}.py " + " ".join(argv))
+    print(f"command: python scripts/benchmarks/{name}.py " + " ".join(argv))
 
 
 def worker_command(script: str, argv: list[str], worker: str) -> list[str]:

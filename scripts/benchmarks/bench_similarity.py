@@ -25,8 +25,8 @@ How it measures (be careful when reading the numbers):
 
 Usage::
 
-    python scripts/bench_similarity.py                    # CPU, ~2-3 min on 2 idle cores
-    python scripts/bench_similarity.py --device cuda --strategies loop auto chunked
+    python scripts/benchmarks/bench_similarity.py                    # CPU, ~2-3 min on 2 idle cores
+    python scripts/benchmarks/bench_similarity.py --device cuda --strategies loop auto chunked
 """
 
 from __future__ import annotations

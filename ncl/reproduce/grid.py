@@ -1,0 +1,252 @@
+"""The grid: cells, presets, and the CLI overrides of one cell.
+
+A cell is one method on one backbone at one noise kind, ratio and seed. A :class:`Preset`
+says which cells a grid has and how each is configured: either the quickstart config with the
+method rows of :data:`ncl.reproduce.cells.METHODS` (the synthetic presets) or the method
+configs in ``configs/`` (``paper``, ``video-synthetic``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ncl.compose import expand
+from ncl.reproduce.cells import BENCH, METHODS
+
+NOISE_KINDS = ("caption", "image")
+CLEAN = "clean"  # the noise kind of ratio-0 cells, shared by both tables
+BACKBONES = ("SGR", "SAF")
+
+#: Row labels as in the papers: ``{}`` is the backbone (SGR* = summed warm-up, then hardest).
+LABELS: dict[str, str] = {
+    "triplet": "{} (hardest triplet)", "triplet_warmup": "{}* (warm-up, then hardest)",
+    "triplet_sum": "{} summed triplet", "infonce": "{} InfoNCE", "ncr": "NCR-{}", "lnc": "LNC-{}",
+    "rcl": "RCL-{}", "crcl": "CRCL-{}", "recon": "ReCon-{}", "recon_no_im": "ReCon-{} w/o intra-modal check",
+    "clean": "{}-C (clean only)", "clean_sum": "{}-C summed (clean only)",
+}
+
+# --- synthetic-small: measured choices (docs/results.md, "The reproduction tool") -----------------
+#: Batch 16: 313 steps an epoch at about the cost of batch 64's 79 (SGR scores B x B pairs).
+SMALL_BATCH = 16
+#: Summed (SGR*) / mean-hinge (NCR, LNC) / triplet (ReCon) warm-up epochs: 939 steps. Measured
+#: (SGR, seed 0): the summed triplet reached validation rSum 431 / 526 after 2 / 3 epochs at 0 %;
+#: SGR* switched at 440 (caption 20 %) and 372 (image 20 %) and survived, at 263 (caption 50 %)
+#: and collapsed, as the issue-15 measurement predicts for switches below about 400-455.
+SMALL_WARMUP = 3
+SMALL_EPOCHS = 8
+#: CRCL: one piece of 8 epochs, labels frozen for the first 3 (the same 939 steps as every other
+#: method's warm-up). The first grid (seed 0) ran two pieces of 4 epochs with 2 frozen: the
+#: labels were written from a model at validation rSum 118 (4,320 of 5,000 clean labels zeroed
+#: at 0 %) and the second piece, restarted from scratch, ended near where the first had got to
+#: (clean: 457 at epoch 3, 445 at epoch 7); docs/results.md, "Multi-seed reproduction".
+SMALL_CRCL = ["--model.pieces=[8]", "--model.freeze_epochs=3"]
+#: LNC as configs/lnc_*.yaml read its paper: P of Eq. 9 (linear) and Alg. 1's w >= 0.5.
+SMALL_LNC = ["--model.prediction_form=linear", "--model.clean_rule=greater_equal"]
+#: Tiny: the ``tiny`` synthetic preset (6 regions x 16 dims) and a backbone to match.
+TINY_DATA = ["--data.preset=tiny", "--data.n_train=60", "--data.batch_size=16",
+             "--model.backbone.init_args.img_dim=16", "--model.backbone.init_args.num_regions=6",
+             "--model.backbone.init_args.word_dim=8", "--model.backbone.init_args.embed_size=16",
+             "--model.backbone.init_args.sim_dim=8"]
+
+#: Config presets: method -> config stem (``{bb}`` backbone, ``{ds}`` dataset) in configs/.
+PAPER_CONFIGS: dict[str, str] = {
+    "triplet": "baseline_triplet_{bb}_{ds}", "triplet_warmup": "baseline_triplet_warmup_{bb}_{ds}",
+    "triplet_sum": "baseline_triplet_sum_{bb}_{ds}", "infonce": "baseline_infonce_{bb}_{ds}",
+    "ncr": "ncr_{bb}_{ds}", "lnc": "lnc_{bb}_{ds}", "rcl": "rcl_{bb}_{ds}", "crcl": "crcl_{bb}_{ds}",
+    "recon": "recon_{bb}_{ds}",
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid cell: a method on a backbone at one noise kind, ratio and seed."""
+
+    method: str
+    backbone: str
+    noise_type: str  # "caption", "image", or CLEAN at ratio 0
+    noise: float
+    seed: int
+
+    @property
+    def id(self) -> str:
+        """File-name-safe identity, e.g. ``ncr-SGR-caption-0.2-s0``."""
+        return f"{self.method}-{self.backbone}-{self.noise_type}-{self.noise:g}-s{self.seed}"
+
+    @property
+    def label(self) -> str:
+        """The table row, e.g. ``NCR-SGR``."""
+        return LABELS.get(self.method, self.method + "-{}").format(self.backbone)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A grid and how its cells are configured.
+
+    Attributes:
+        rows: ``(method, backbone)`` pairs, the tables' rows in order.
+        epochs: ``--trainer.max_epochs`` (``None``: the config's own).
+        base: synthetic presets: overrides right after the quickstart config (the benchmark's
+            batch 64 unless a preset says otherwise).
+        overrides: synthetic presets: overrides after the method's and the backbone's.
+        method_overrides: extra overrides per method (after :data:`METHODS`).
+        from_configs: cells are the method configs in ``configs/`` (:data:`PAPER_CONFIGS`).
+        dataset: config presets: the dataset of the config names (``None``: ``--dataset``).
+        noise_seed: ``--data.noise_seed`` of every cell (``None``: the cell's seed).
+    """
+
+    name: str
+    rows: tuple[tuple[str, str], ...]
+    noise_types: tuple[str, ...]
+    noises: tuple[float, ...]
+    seeds: tuple[int, ...]
+    epochs: int | None
+    base: tuple[str, ...] = tuple(BENCH)
+    overrides: tuple[str, ...] = ()
+    method_overrides: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    from_configs: bool = False
+    dataset: str | None = None
+    noise_seed: int | None = None
+
+
+def _warmup(epochs: int) -> dict[str, tuple[str, ...]]:
+    """Per-method overrides that set the warm-up of the methods that have one."""
+    w = (f"--model.warmup_epochs={epochs}",)
+    return {m: w for m in ("triplet_warmup", "ncr", "lnc", "recon", "recon_no_im")}
+
+
+_ALL_SYNTHETIC = (("triplet", "SGR"), ("triplet", "SAF"), ("triplet_warmup", "SGR"),
+                  ("triplet_warmup", "SAF"), ("triplet_sum", "SGR"), ("infonce", "SGR"),
+                  ("ncr", "SGR"), ("lnc", "SGR"), ("rcl", "SGR"), ("crcl", "SGR"), ("recon", "SAF"))
+
+PRESETS: dict[str, Preset] = {
+    "tiny": Preset("tiny", rows=(("ncr", "SAF"), ("rcl", "SAF")), noise_types=NOISE_KINDS,
+                   noises=(0.0, 0.5), seeds=(0,), epochs=2, overrides=tuple(TINY_DATA),
+                   method_overrides=_warmup(1)),
+    "synthetic-small": Preset(
+        "synthetic-small", rows=_ALL_SYNTHETIC, noise_types=NOISE_KINDS, noises=(0.0, 0.2, 0.5, 0.8),
+        seeds=(0, 1, 2), epochs=SMALL_EPOCHS, overrides=(f"--data.batch_size={SMALL_BATCH}",),
+        method_overrides={**_warmup(SMALL_WARMUP), "crcl": tuple(SMALL_CRCL),
+                          "lnc": (*_warmup(SMALL_WARMUP)["lnc"], *SMALL_LNC)}),
+    # The single-seed tables of docs/results.md and the method pages: every METHODS row as
+    # written (batch 64, 14 epochs, 5 warm-up epochs; CRCL pieces 5/5/4). Their SAF rows are
+    # ``--backbones SAF``; ``--extra`` adds the tables' other overrides.
+    "benchmark": Preset(
+        "benchmark", rows=tuple((m, "SGR") for m in METHODS), noise_types=NOISE_KINDS,
+        noises=(0.0, 0.2, 0.5, 0.8), seeds=(0,), epochs=14),
+    # configs/quickstart.yaml as shipped (batch 16, 6 epochs, 40 % image noise drawn with seed
+    # 0): how reliably a first run learns (docs/quickstart.md, "Measurement").
+    "quickstart": Preset(
+        "quickstart", rows=(("rcl", "SGR"),), noise_types=("image",), noises=(0.4,),
+        seeds=(0, 1, 2, 3, 4), epochs=None, base=(), noise_seed=0),
+    "paper": Preset(
+        "paper", rows=(("triplet", "sgr"), ("triplet", "saf"), ("triplet_warmup", "sgr"),
+                       ("triplet_sum", "sgr"), ("infonce", "sgr"), ("ncr", "sgr"), ("lnc", "sgr"),
+                       ("rcl", "sgr"), ("rcl", "saf"), ("crcl", "sgr"), ("crcl", "saf"),
+                       ("recon", "sgr"), ("recon", "saf")),
+        noise_types=NOISE_KINDS, noises=(0.0, 0.2, 0.5, 0.8), seeds=(0, 1, 2), epochs=None,
+        from_configs=True),
+    # configs/*_video_synthetic.yaml as shipped: the table of docs/video.md.
+    "video-synthetic": Preset(
+        "video-synthetic", rows=(("triplet_sum", "video"), ("lnc", "video"), ("rcl", "video")),
+        noise_types=("caption",), noises=(0.0, 0.2, 0.5), seeds=(0,), epochs=None,
+        from_configs=True, dataset="synthetic"),
+}
+
+
+def grid(rows: Sequence[tuple[str, str]], noise_types: Sequence[str], noises: Sequence[float],
+         seeds: Sequence[int]) -> list[Cell]:
+    """The cells in run order (seed-major, so a partial grid has whole seeds); ratio 0 once."""
+    cells: list[Cell] = []
+    for seed in seeds:
+        for noise in noises:
+            kinds = [CLEAN] if noise == 0 else list(noise_types)
+            for kind in kinds:
+                cells.extend(Cell(m, b, kind, float(noise), seed) for m, b in rows)
+    return list(dict.fromkeys(cells))
+
+
+def data_options(config: Path) -> dict[str, Any]:
+    """``data.init_args`` of ``config`` with the fragments it composes merged in, in the order
+    the CLI applies them (later values win; :func:`ncl.compose.expand`)."""
+    merged: dict[str, Any] = {}
+    for value in expand(config):  # a file's path, or the composing file's own YAML text
+        content = yaml.safe_load(value if "\n" in value else Path(value).read_text()) or {}
+        merged.update((content.get("data") or {}).get("init_args") or {})
+    return merged
+
+
+def paper_config(method: str, backbone: str, dataset: str, noise_type: str,
+                 configs: Path) -> tuple[Path, list[str]]:
+    """The method's config in ``configs`` for a config cell, and the noise overrides it needs.
+
+    The ``_imagenoise`` variant is used for image-level noise where one exists. A config whose
+    noise file is for the other noise kind gets ``--data.noise_file=null`` (noise drawn from
+    ``noise_seed``), so that a file of one kind is never read as the other.
+
+    Raises:
+        FileNotFoundError: no config for this method, backbone and dataset.
+    """
+    if method not in PAPER_CONFIGS:
+        raise FileNotFoundError(f"--methods {method}: no paper config pattern (known: {sorted(PAPER_CONFIGS)})")
+    stem = PAPER_CONFIGS[method].format(bb=backbone.lower(), ds=dataset)
+    path = configs / f"{stem}.yaml"
+    if noise_type == "image" and (configs / f"{stem}_imagenoise.yaml").exists():
+        path = configs / f"{stem}_imagenoise.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"no config configs/{path.name} for {method} with {backbone} on {dataset}")
+    data = data_options(path)
+    extra = []
+    if data.get("noise_file") and data.get("noise_type") != noise_type and noise_type != CLEAN:
+        extra.append("--data.noise_file=null")
+    return path, extra
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Where and how a grid's cells run (the same for every cell of one invocation).
+
+    Attributes:
+        configs: the repository's ``configs/`` folder.
+        dataset: config presets without a dataset of their own: ``f30k`` or ``coco``.
+        data_root: config presets: ``--data.data_root`` (``None``: the config's).
+        gpu: one GPU per cell.
+        extra: ``--extra`` overrides of every cell (fit and test).
+    """
+
+    configs: Path
+    dataset: str = "f30k"
+    data_root: str | None = None
+    gpu: bool = False
+    extra: tuple[str, ...] = ()
+
+
+def cell_args(cell: Cell, preset: Preset, run_root: Path, setting: Setting) -> tuple[list[str], list[str]]:
+    """``(common, fit_only)`` CLI overrides of one cell (both sub-commands / the fit)."""
+    kind = "none" if cell.noise_type == CLEAN else cell.noise_type
+    noise_seed = cell.seed if preset.noise_seed is None else preset.noise_seed
+    noise = [f"--data.noise_type={kind}", f"--data.noise_ratio={cell.noise:g}", f"--data.noise_seed={noise_seed}"]
+    if preset.from_configs:
+        config, extra = paper_config(cell.method, cell.backbone, preset.dataset or setting.dataset,
+                                     cell.noise_type, setting.configs)
+        common = ["--config", str(config), *extra, *setting.extra]
+        if setting.data_root is not None:
+            common.append(f"--data.data_root={setting.data_root}")
+    else:
+        common = ["--config", str(setting.configs / "quickstart.yaml"), *preset.base, *METHODS[cell.method],
+                  f"--model.backbone.init_args.module_name={cell.backbone}", *preset.overrides,
+                  *preset.method_overrides.get(cell.method, ()), *setting.extra,
+                  "--trainer.enable_model_summary=false"]
+    # The CSV logger in the cell's folder, whatever the config's or ncl's default logger: the
+    # run (checkpoints, metrics.csv with the detection diagnostics) is read back from there.
+    common += ["--trainer.logger=ncl.loggers.NclCSVLogger", f"--trainer.logger.init_args.save_dir={run_root}",
+               *noise, f"--seed_everything={cell.seed}", f"--trainer.default_root_dir={run_root}",
+               "--trainer.enable_progress_bar=false"]
+    if setting.gpu:
+        common += ["--trainer.accelerator=gpu", "--trainer.devices=1"]
+    fit_only = [f"--trainer.max_epochs={preset.epochs}"] if preset.epochs is not None else []
+    return common, fit_only

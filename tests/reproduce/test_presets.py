@@ -1,0 +1,99 @@
+"""``python -m ncl.reproduce``: what each preset puts on a cell's command line (dry runs only),
+``--extra``, where the configs are found, and the ``slurm`` templates shipped as package data."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ncl.reproduce import cli as reproduce
+from ncl.reproduce.cells import BENCH, METHODS, cell_env, configs_dir
+from ncl.reproduce.slurm import TEMPLATES, template_text
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def dry_run(capsys: pytest.CaptureFixture, tmp_path: Path, *argv: str) -> list[list[str]]:
+    """The command lines ``--dry-run`` prints (fit, test per cell), split."""
+    assert reproduce.main([*argv, "--dry-run", "--out", str(tmp_path / "grid")]) == 0
+    return [shlex.split(line) for line in capsys.readouterr().out.splitlines()
+            if line.startswith(sys.executable)]
+
+
+def option(command: list[str], name: str) -> str:
+    """The value of ``--name=value`` in ``command`` (the last one: the one the CLI keeps)."""
+    return [a.split("=", 1)[1] for a in command if a.startswith(f"--{name}=")][-1]
+
+
+def test_benchmark_preset_is_the_method_rows_at_batch_64_for_14_epochs_with_extras(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    extra = "--extra=--model.optimizer.init_args.lr=2e-4"
+    fit, test = dry_run(capsys, tmp_path, "--preset", "benchmark", "--methods", "ncr", "--backbones", "SAF",
+                        "--noise", "0.5", "--noise-types", "caption", extra)
+    assert fit[3] == "fit" and test[3] == "test"
+    assert Path(fit[fit.index("--config") + 1]) == REPO / "configs" / "quickstart.yaml"
+    start = fit.index("--config") + 2
+    assert fit[start:start + len(BENCH) + len(METHODS["ncr"])] == [*BENCH, *METHODS["ncr"]]
+    assert option(fit, "trainer.max_epochs") == "14" and option(fit, "model.backbone.init_args.module_name") == "SAF"
+    assert option(fit, "data.noise_type") == "caption" and option(fit, "data.noise_seed") == "0"
+    for command in (fit, test):  # the extra override reaches both, after the preset's own
+        assert option(command, "model.optimizer.init_args.lr") == "2e-4"
+
+
+def test_quickstart_preset_is_the_config_as_shipped_over_training_seeds(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    commands = dry_run(capsys, tmp_path, "--preset", "quickstart")
+    fits = [c for c in commands if c[3] == "fit"]
+    assert [option(c, "seed_everything") for c in fits] == ["0", "1", "2", "3", "4"]
+    for command in fits:  # the config's own batch, epochs and noise draw
+        assert not any(a.startswith(("--data.batch_size=", "--trainer.max_epochs=")) for a in command)
+        assert option(command, "data.noise_seed") == "0" and option(command, "data.noise_ratio") == "0.4"
+        assert option(command, "data.noise_type") == "image"
+
+
+def test_video_preset_runs_the_shipped_video_configs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    commands = dry_run(capsys, tmp_path, "--preset", "video-synthetic", "--seeds", "0")
+    configs = [Path(c[c.index("--config") + 1]) for c in commands if c[3] == "fit"]
+    assert sorted({p.name for p in configs}) == ["baseline_triplet_sum_video_synthetic.yaml",
+                                                 "lnc_video_synthetic.yaml", "rcl_video_synthetic.yaml"]
+    assert len(configs) == 3 * 3 and all(p.exists() for p in configs)  # 0 %, then 20 and 50 % caption
+    lnc = next(c for c in commands if c[3] == "fit" and "lnc_video" in " ".join(c) and "--data.noise_ratio=0.5" in c)
+    done = subprocess.run([*lnc, "--print_config"], capture_output=True, text=True, check=False, cwd=REPO,
+                          env=cell_env(threads=1))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "noise_ratio: 0.5" in done.stdout and "NclCSVLogger" in done.stdout
+
+
+def test_configs_are_found_in_the_working_directory_or_named(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    assert configs_dir(REPO / "configs") == REPO / "configs"
+    with pytest.raises(SystemExit, match="--configs DIR"):
+        configs_dir(tmp_path)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "quickstart.yaml").write_text("{}\n")
+    monkeypatch.chdir(tmp_path)
+    assert configs_dir() == tmp_path / "configs"
+
+
+def test_slurm_writes_the_packaged_templates_and_keeps_existing_files(tmp_path: Path) -> None:
+    out = tmp_path / "slurm"
+    done = subprocess.run([sys.executable, "-m", "ncl.reproduce", "slurm", "--out", str(out)],
+                          capture_output=True, text=True, check=False, cwd=tmp_path,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name in TEMPLATES:
+        path = out / name
+        assert path.read_text() == template_text(name) and path.stat().st_mode & stat.S_IXUSR
+        assert "--trainer.num_nodes" in path.read_text()
+    (out / TEMPLATES[0]).write_text("# edited\n")
+    with pytest.raises(SystemExit, match="--force"):
+        reproduce.main(["slurm", "--out", str(out)])
+    assert (out / TEMPLATES[0]).read_text() == "# edited\n"
+    assert reproduce.main(["slurm", "--out", str(out), "--force"]) == 0
+    assert (out / TEMPLATES[0]).read_text() == template_text(TEMPLATES[0])
