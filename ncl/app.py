@@ -1,10 +1,11 @@
 """The ``ncl`` application: a LightningCLI in subclass mode, its argument parser and checks.
 
-:mod:`ncl.cli` is the console entry point that runs it (and :mod:`ncl.predict`).
+:mod:`ncl.cli` is the console entry point that runs it.
 
-``ncl fit | validate | test --config FILE [--config FILE ...] [--key value ...]``;
-``ncl predict ... --out FILE`` ranks a split's pairs by how likely they are mismatched
-(:mod:`ncl.predict`, handled before the LightningCLI subcommands).
+``ncl fit | validate | test | predict --config FILE [--config FILE ...] [--key value ...]``;
+``ncl predict ... --out FILE`` ranks a split's pairs by how likely they are mismatched: its own
+options are those of :class:`~ncl.callbacks.prediction_writer.RankedPairsWriter`, added to the
+``predict`` parser (:mod:`ncl.predict`).
 Methods (``model``) and DataModules (``data``) are chosen by ``class_path`` in YAML; the
 resolved config is saved as ``config.yaml`` in every run directory. The vocabulary size is
 read from the DataModule's vocabulary file and passed to the method, so a config never has
@@ -26,13 +27,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar, RichProgressBar
+from lightning.pytorch.callbacks import (Callback, LearningRateMonitor, ModelCheckpoint, ProgressBar,
+                                         RichProgressBar)
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
 
 from ncl.callbacks.figures import Figures
+from ncl.callbacks.prediction_writer import RankedPairsWriter, check_scorer
 from ncl.callbacks.tracking import WandbRunContent
 from ncl.checkpoint_io import AtomicCheckpointIO
+from ncl.compose import TRAINER_DEFAULTS, expand_configs
 from ncl.errors import ConfigError, NclWarning
 from ncl.loggers import NclWandbLogger, run_labels
 from ncl.methods.base import RetrievalMethod
@@ -74,24 +78,57 @@ class NclArgumentParser(LightningArgumentParser):
     def add_method_arguments(self, theclass: Any, themethod: str, *args: Any, **kwargs: Any) -> Any:
         """Lightning's method arguments; ``--verbose`` of ``validate``/``test`` defaults to
         false: ncl prints its own results (a line per validation, the paper-style table),
-        and Lightning's table repeats them per DataLoader with float32 digits."""
+        and Lightning's table repeats them per DataLoader with float32 digits.
+
+        ``predict`` also gets :class:`RankedPairsWriter`'s options at the top level (``--out``,
+        ``--split``, ``--batch_size``, ``--margin``, documented from its docstring); the
+        application builds the writer from them (:func:`prediction_writer`). Its predictions
+        are not returned (``return_predictions`` false): the writer keeps what it needs.
+        """
         added = super().add_method_arguments(theclass, themethod, *args, **kwargs)
         if themethod in ("validate", "test") and "verbose" in added:
             self.set_defaults(verbose=False)
-        return added
+        if themethod == "predict":
+            self.add_class_arguments(RankedPairsWriter, None, instantiate=False, fail_untyped=False)
+            if "return_predictions" in added:
+                self.set_defaults(return_predictions=False)
+        return added  # the Trainer.predict arguments only: the writer's are not passed to it
 
     def parse_args(self, *args: Any, **kwargs: Any) -> Any:
-        """Parse, then check that the subcommand's output folders can be written (before any
-        class is instantiated, so nothing is trained that could not be saved)."""
+        """Parse, then check ``ncl predict``'s options and that the subcommand's output folders
+        can be written (before any class is instantiated, so nothing is trained or loaded
+        whose results could not be saved)."""
         cfg = super().parse_args(*args, **kwargs)
         subcommand = cfg.get("subcommand") if hasattr(cfg, "get") else None
+        if subcommand == "predict" and cfg.get(subcommand) is not None:
+            check_prediction_options(cfg[subcommand])
         if subcommand and cfg.get(subcommand) is not None:
             check_output_folders(cfg[subcommand])
         return cfg
 
 
 class NclCLI(LightningCLI):
-    """LightningCLI with ncl's argument links and atomic checkpoint writes."""
+    """LightningCLI with ncl's argument links and atomic checkpoint writes; every parse loads
+    the trainer defaults (``ncl/defaults.yaml``) first and expands configs that ``compose``
+    fragments (:mod:`ncl.compose`)."""
+
+    def __init__(self, *args: Any, parser_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        parser_kwargs = dict(parser_kwargs or {})
+        defaults = {"default_config_files": [str(TRAINER_DEFAULTS)]}
+        if kwargs.get("run", True):  # one parser per subcommand
+            for sub in ("fit", "validate", "test", "predict"):
+                parser_kwargs[sub] = {**defaults, **parser_kwargs.get(sub, {})}
+        else:
+            parser_kwargs = {**defaults, **parser_kwargs}
+        super().__init__(*args, parser_kwargs=parser_kwargs, **kwargs)
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Expand ``--config`` files that compose fragments, then parse."""
+        if args is None:  # the command line itself (LightningCLI warns when given both)
+            sys.argv[1:] = expand_configs(sys.argv[1:])
+        elif isinstance(args, (list, tuple)):
+            args = expand_configs(list(args))
+        super().parse_arguments(parser, args)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
@@ -121,9 +158,15 @@ class NclCLI(LightningCLI):
                                         cfg.ckpt_path)
 
     def before_instantiate_classes(self) -> None:
-        """Make the default logger explicit and, when resuming, point the loggers back at
-        the checkpoint's run folder (:mod:`ncl.runs`)."""
+        """Build ``ncl predict``'s writer, make the default logger explicit and, when
+        resuming, point the loggers back at the checkpoint's run folder (:mod:`ncl.runs`)."""
         self._run_dir: Path | None = None
+        self._writer: RankedPairsWriter | None = None
+        if self.subcommand == "predict":
+            self._writer = prediction_writer(self.config["predict"])
+            # It writes its table and nothing else: a config.yaml would overwrite the one an
+            # `ncl test` of the same config left in the same folder.
+            self.save_config_callback = None
         trainer_cfg = (self.config[self.subcommand] if self.subcommand else self.config).trainer
         if first_logger(trainer_cfg) in (None, True):
             set_logger(trainer_cfg, default_logger(trainer_cfg))
@@ -138,6 +181,11 @@ class NclCLI(LightningCLI):
             # Expected when resuming into the run's own folder; not worth a warning.
             warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 
+    def before_predict(self) -> None:
+        """``ncl predict``: one clear error for a model that cannot rank pairs (a training
+        method), before Lightning's own check asks it for a ``forward``."""
+        check_scorer(self.model)
+
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> L.Trainer:
         """Add :class:`AtomicCheckpointIO` unless the config brings its own CheckpointIO, add
         ncl's callbacks (:func:`added_callbacks`), and keep checkpoints in the run folder
@@ -147,7 +195,13 @@ class NclCLI(LightningCLI):
         if not any(isinstance(p, CheckpointIO) for p in plugins):
             plugins.append(AtomicCheckpointIO())
         config["plugins"] = plugins
+        if config.get("logger") is False and config.get("callbacks"):
+            # the default LR monitor needs a logger: no logger, no monitor
+            listed = config["callbacks"] if isinstance(config["callbacks"], list) else [config["callbacks"]]
+            config["callbacks"] = [c for c in listed if not isinstance(c, LearningRateMonitor)]
         callbacks = [*callbacks, *added_callbacks(config, callbacks, subcommand=self.subcommand)]
+        if getattr(self, "_writer", None) is not None:
+            callbacks.append(self._writer)
         trainer = super()._instantiate_trainer(config, callbacks)
         run_dir = getattr(self, "_run_dir", None) or Path(trainer.log_dir or trainer.default_root_dir)
         for callback in trainer.checkpoint_callbacks:
@@ -338,6 +392,22 @@ def check_output_folders(sub_cfg: Any) -> None:
         if reason is not None:
             raise ConfigError(f"output folder {option}={folder} cannot be created or written: "
                               f"{reason}")
+
+
+def prediction_writer(sub_cfg: Any) -> RankedPairsWriter:
+    """``ncl predict``'s writer, from its options (``--out`` ...) in the ``predict`` config."""
+    return RankedPairsWriter(**{key: _get(sub_cfg, key) for key in RankedPairsWriter.OPTIONS})
+
+
+def check_prediction_options(sub_cfg: Any) -> None:
+    """Raise ConfigError when ``ncl predict``'s options are wrong or ``--out``'s folder cannot
+    be written; run by the parser, before anything is seeded, built or loaded."""
+    out = prediction_writer(sub_cfg).out  # the writer checks its own options
+    folder = out.parent.absolute()
+    reason = _unwritable(folder)
+    if reason is not None:
+        raise ConfigError(f"--out {out} cannot be written: {reason}")
+    _OUTPUT_ROOTS.append(folder)  # a write that fails later (disk full) is one line too
 
 
 def _output_error(err: BaseException) -> OSError | None:

@@ -1,8 +1,8 @@
 """The ``ncl`` command (console script): runs the application of :mod:`ncl.app`.
 
-``ncl fit | validate | test --config FILE [--config FILE ...] [--key value ...]``;
+``ncl fit | validate | test | predict --config FILE [--config FILE ...] [--key value ...]``;
 ``ncl predict ... --out FILE`` ranks a split's pairs by how likely they are mismatched
-(:mod:`ncl.predict`, handled before the LightningCLI subcommands).
+(:mod:`ncl.predict`).
 Methods (``model``) and DataModules (``data``) are chosen by ``class_path`` in YAML; the
 resolved config is saved as ``config.yaml`` in every run directory. User errors end with one
 ``ncl: error:`` line and exit status 2.
@@ -52,17 +52,11 @@ def main(args: Sequence[str] | None = None) -> None:
     _OUTPUT_ROOTS.clear()
     epilog = catalogue()
     try:
-        if subcommand == "predict":  # not a Trainer method: ncl.predict builds what it needs
-            from ncl.predict import run_predict
-
-            argv = list(args) if args is not None else sys.argv[1:]
-            run_predict(argv[argv.index("predict") + 1:])
-            return
         NclCLI(RetrievalMethod, L.LightningDataModule, subclass_mode_model=True,
                subclass_mode_data=True, args=list(args) if args is not None else None,
                save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False,
                parser_class=NclArgumentParser,
-               parser_kwargs={sub: {"epilog": epilog} for sub in ("fit", "validate", "test")})
+               parser_kwargs={sub: {"epilog": epilog} for sub in ("fit", "validate", "test", "predict")})
     except Exception as err:  # noqa: BLE001 - only user errors are reported briefly
         cause = _root_cause(err)
         if isinstance(cause, NclUserError):

@@ -8,13 +8,13 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-import yaml
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import TINY_BACKBONE_ARGS
 from ncl.checkpoint_io import AtomicCheckpointIO
 from ncl.cli import NclCLI
 from ncl.methods.base import RetrievalMethod
+from ncl.compose import merged
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = TINY_BACKBONE_ARGS
@@ -56,7 +56,9 @@ class _Declining(L.LightningModule):
 
 def _config_callbacks(config: Path) -> list:
     callbacks = []
-    for entry in yaml.safe_load(config.read_text())["trainer"]["callbacks"]:
+    for entry in merged(config, with_defaults=True)["trainer"]["callbacks"]:
+        if not entry["class_path"].endswith("ModelCheckpoint"):
+            continue  # the checkpoint policy only (the LR monitor needs a logger)
         module, name = entry["class_path"].rsplit(".", 1)
         callbacks.append(getattr(importlib.import_module(module), name)(**entry.get("init_args", {})))
     return callbacks
@@ -93,8 +95,8 @@ SELECTED_KEY = "val/rsum_selected"
 
 def test_every_training_config_keeps_a_last_checkpoint() -> None:
     for config in sorted((REPO / "configs").glob("*.yaml")):
-        loaded = yaml.safe_load(config.read_text())
-        callbacks = loaded.get("trainer", {}).get("callbacks", [])
+        loaded = merged(config, with_defaults=True)
+        callbacks = loaded.get("trainer", {}).get("callbacks") or []
         ckpts = [c.get("init_args", {}) for c in callbacks if c["class_path"].endswith("ModelCheckpoint")]
         if not ckpts:
             continue  # evaluation-only configs

@@ -1,4 +1,5 @@
-"""Every config resolves as it did before the layout step (issue 23), except the listed changes.
+"""Every config resolves as it did before the layout step (issue 23) and before configs were
+composed from fragments (issue 24), except the listed changes.
 
 ``tests/cli/config_snapshot/<name>.yaml`` is ``ncl fit --config configs/<name>.yaml
 --print_config`` on 913863c. A refactor keeps resolved configs: a difference that is not in
@@ -32,6 +33,16 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
     ("model.init_args.loss_figure", False, ABSENT):
         "NCR/LNC's own loss-histogram option is gone: the Figures callback (added to every fit) "
         "draws the same figure for every method",
+    # issue 24: configs compose from fragments, trainer defaults in ncl/defaults.yaml
+    ("trainer.log_every_n_steps", 50, None):
+        "Lightning's default is 50: configs no longer restate a default (the same run)",
+    ("model.init_args.backbone.class_path", "ncl.models.sgraf.SGRAF", "ncl.models.SGRAF"):
+        "SGRAF's class path is spelled one way (the same class)",
+    ("trainer.callbacks[2].class_path", ABSENT, "lightning.pytorch.callbacks.LearningRateMonitor"):
+        "the synthetic configs take the default callbacks, so they log the learning rate too",
+    ("trainer.callbacks[2].init_args.logging_interval", ABSENT, None): "(the same callback)",
+    ("trainer.callbacks[2].init_args.log_momentum", ABSENT, False): "(the same callback)",
+    ("trainer.callbacks[2].init_args.log_weight_decay", ABSENT, False): "(the same callback)",
 }
 
 

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from ncl.cli import main
+from ncl.compose import merged
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
@@ -23,7 +24,7 @@ TINY_BACKBONE = {"img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 1
 
 def tiny_override(tmp_path: Path, cache: Path, config: Path) -> Path:
     """A second config: synthetic tiny data, small dims, short epochs, outputs in tmp_path."""
-    original = yaml.safe_load(config.read_text())
+    original = merged(config)
     data_args = {"preset": "tiny", "n_train": None, "cache_dir": str(cache), "batch_size": 16,
                  "eval_batch_size": 32}
     for key in ("noise_type", "noise_ratio", "noise_seed"):
@@ -54,7 +55,7 @@ def tiny_override(tmp_path: Path, cache: Path, config: Path) -> Path:
 
 
 def is_evaluation_only(config: Path) -> bool:
-    return yaml.safe_load(config.read_text())["model"]["class_path"].endswith("Pretrained")
+    return merged(config)["model"]["class_path"].endswith("Pretrained")
 
 
 TRAIN_CONFIGS = [c for c in CONFIGS if not is_evaluation_only(c)]
@@ -73,7 +74,7 @@ def test_evaluation_config_tests_official_checkpoints(config: Path, tmp_path: Pa
 
     monkeypatch.chdir(tmp_path)
     vocab = SyntheticDataModule(preset="tiny", cache_dir=str(synthetic_cache)).vocab_size
-    init_args = yaml.safe_load(config.read_text())["model"]["init_args"]
+    init_args = merged(config)["model"]["init_args"]
     original = init_args["backbones"]
     backbones, paths = [], []
     for k, entry in enumerate(original):
@@ -91,7 +92,7 @@ def test_evaluation_config_tests_official_checkpoints(config: Path, tmp_path: Pa
     names = init_args.get("names") or [f"net{k}_model_best" for k in range(len(original))]
     ensemble = init_args.get("ensemble_name") or "+".join(names)
     assert list(results) == [*names, ensemble]
-    protocols = yaml.safe_load(config.read_text())["data"]["init_args"]["test_protocols"]
+    protocols = merged(config)["data"]["init_args"].get("test_protocols", ["1k"])  # class default
     for by_protocol in results.values():  # the config's protocols (COCO: 5fold1k and 5k)
         assert list(by_protocol) == protocols
         assert all(0 <= m["rsum"] <= 600 for m in by_protocol.values())
@@ -106,7 +107,7 @@ def test_config_fits_on_tiny_data(config: Path, tmp_path: Path, monkeypatch: pyt
     saved = list(tmp_path.rglob("config.yaml"))
     assert saved, "the resolved config is saved in the run directory"
     resolved = yaml.safe_load(saved[0].read_text())
-    assert resolved["model"]["class_path"] == yaml.safe_load(config.read_text())["model"]["class_path"]
+    assert resolved["model"]["class_path"] == merged(config)["model"]["class_path"]
     assert list(tmp_path.rglob("*.ckpt")), "a checkpoint was written"
     noise = list(tmp_path.rglob("noise.json"))
     assert noise and list(tmp_path.rglob("noise_index.npy"))
