@@ -21,8 +21,10 @@ TINY_SAF = {"module_name": "SAF", "img_dim": 16, "num_regions": 6, "word_dim": 8
 def tiny_trainer(root: Path, max_epochs: int, steps: int, monitor: str = "val/rsum",
                  **extra: Any) -> dict[str, Any]:
     """CPU, deterministic, ``steps`` batches an epoch, outputs under ``root/runs``; a best
-    checkpoint monitoring ``monitor`` and an unmonitored ``last.ckpt``, as the configs have."""
+    checkpoint monitoring ``monitor`` and an unmonitored ``last.ckpt``, as the configs have;
+    ncl's default CSV logger (``logger: true``) instead of the W&B logger of ncl/defaults.yaml."""
     return {"accelerator": "cpu", "devices": 1, "max_epochs": max_epochs, "deterministic": True,
+            "logger": True,
             "log_every_n_steps": 1, "enable_model_summary": False, "enable_progress_bar": False,
             "limit_train_batches": steps, "default_root_dir": str(root / "runs"),
             "callbacks": [

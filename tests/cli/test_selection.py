@@ -30,7 +30,7 @@ def write_config(root: Path, cache: Path, select_warmup: bool, max_epochs: int, 
     """Tiny NCR, 2 warm-up epochs; the best ``top_k`` epochs by ``val/rsum_selected`` are kept."""
     cfg = {
         "seed_everything": 0,
-        "trainer": {"accelerator": "cpu", "devices": 1, "max_epochs": max_epochs,
+        "trainer": {"accelerator": "cpu", "devices": 1, "max_epochs": max_epochs, "logger": True,
                     "log_every_n_steps": 1, "enable_model_summary": False,
                     "enable_progress_bar": False, "limit_train_batches": 4,
                     "default_root_dir": str(root / "runs"),

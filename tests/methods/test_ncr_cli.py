@@ -23,7 +23,7 @@ def write_config(tmp_path: Path, cache: Path, model: dict, trainer: dict | None 
     """A tiny NCR config (CSV logger, checkpoint on val/rsum) with ``model`` switches."""
     cfg = {
         "seed_everything": 0,
-        "trainer": {"accelerator": "cpu", "devices": 1, "max_epochs": 3, "log_every_n_steps": 1,
+        "trainer": {"accelerator": "cpu", "devices": 1, "max_epochs": 3, "log_every_n_steps": 1, "logger": True,
                     "enable_model_summary": False, "enable_progress_bar": False,
                     "limit_train_batches": 6, "default_root_dir": str(tmp_path / "runs"),
                     "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from ncl.cli import main
+from ncl.compose import merged
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,7 +26,7 @@ def shrink(tmp_path: Path, config: Path) -> Path:
             "eval_batch_size": 64}
     backbone = {"img_dim": 12, "num_regions": 2, "word_dim": 8, "text_dim": 16, "embed_size": 16}
     model: dict = {"backbone": {"init_args": backbone}}
-    if yaml.safe_load(config.read_text())["model"]["class_path"].endswith("NCR"):
+    if merged(config)["model"]["class_path"].endswith("NCR"):
         model["warmup_epochs"] = 1
     override = {"data": {"init_args": data}, "model": {"init_args": model},
                 "trainer": {"max_epochs": 2, "default_root_dir": str(tmp_path / "root"),
