@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 os.environ.setdefault("WANDB_MODE", "disabled")  # tests never talk to W&B
+# Token ids are cached between runs (ncl.data.token_cache); tests keep theirs apart from the
+# user's cache, in one folder per session, so that a test never reads ids an earlier session wrote.
+os.environ["NCL_TOKEN_CACHE"] = tempfile.mkdtemp(prefix="ncl-token-cache-")
+atexit.register(shutil.rmtree, os.environ["NCL_TOKEN_CACHE"], ignore_errors=True)
 # Tiny models are dominated by per-op overhead; with two threads, OpenMP's spin-waiting makes
 # them 10-50x slower whenever another process shares the cores. One thread is faster here.
 os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -16,12 +16,14 @@ import csv
 import io
 import sys
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from ncl.data.token_cache import cached_encode
 from ncl.data.tokenize import tokenize
 from ncl.data.vocab import Vocabulary
 from ncl.errors import ConfigError, DataError, NclWarning
@@ -178,7 +180,12 @@ def read_captions(data_dir: Path, split: str) -> tuple[list[str], Path]:
 
 
 def encode_all(captions: list[str], vocab: Vocabulary) -> tuple[np.ndarray, np.ndarray]:
-    """Tokenise every caption once: flat ids ``(T,)`` int32 and offsets ``(N+1,)`` int64."""
+    """Tokenise every caption once: flat ids ``(T,)`` int32 and offsets ``(N+1,)`` int64;
+    read from the token cache when this split was encoded before (:mod:`ncl.data.token_cache`)."""
+    return cached_encode(captions, vocab.words, lambda caps: _encode(caps, vocab))
+
+
+def _encode(captions: Sequence[str], vocab: Vocabulary) -> tuple[np.ndarray, np.ndarray]:
     encoded = [vocab.encode(tokenize(c)) for c in captions]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum([len(e) for e in encoded], out=offsets[1:])

@@ -131,3 +131,12 @@ def test_bench_train_step_measures_peak_and_step() -> None:
     assert re.search(r"fp32 matmul peak \(128\^3, 1 thread\(s\)\): [\d.]+ GFLOP/s", out)
     (row,) = table_rows(out, "tree")
     assert row[1:3] == ["auto", "1"] and float(row[3]) > 0
+
+
+def test_bench_token_cache_times_the_three_cases_and_checks_the_ids() -> None:
+    done = run_bench("bench_token_cache", "--captions", "300")
+    assert_header(done.stdout, "bench_token_cache", ("--captions", "300"))
+    out = done.stdout
+    for label in ("no cache (baseline):", "empty cache        :", "warm cache         :"):
+        assert re.search(re.escape(label) + r"\s+\d+\.\d{3} s", out), label
+    assert re.search(r"ratio baseline / warm: \d+x; ids identical in all three: True", out)
