@@ -41,12 +41,16 @@ def cache_dir() -> Path | None:
     return Path(base) / "ncl" / "tokens"
 
 
-def cache_key(captions: Sequence[str], words: Sequence[str]) -> str:
-    """SHA-256 of everything the ids depend on (module docstring)."""
+def cache_key(captions: Sequence[str], words: Sequence[str]) -> str | None:
+    """SHA-256 of everything the ids depend on (module docstring); ``None`` when the
+    tokenizer's source cannot be read (an install without ``.py`` files): then no cache."""
     digest = hashlib.sha256()
     here = Path(__file__).resolve().parent
-    for name in _SOURCES:
-        digest.update((here / name).read_bytes())
+    try:
+        for name in _SOURCES:
+            digest.update((here / name).read_bytes())
+    except OSError:
+        return None
     digest.update(metadata.version("nltk").encode())
     for part in (words, captions):
         digest.update(len(part).to_bytes(8, "little"))
@@ -80,9 +84,10 @@ def cached_encode(captions: Sequence[str], words: Sequence[str],
                   encode: Callable[[Sequence[str]], Encoded]) -> Encoded:
     """``encode(captions)``, read from the cache when the same split was encoded before."""
     folder = cache_dir()
-    if folder is None:
+    key = cache_key(captions, words) if folder is not None else None
+    if folder is None or key is None:
         return encode(captions)
-    path = folder / f"{cache_key(captions, words)}.npz"
+    path = folder / f"{key}.npz"
     hit = _load(path, len(captions))
     if hit is not None:
         return hit

@@ -74,3 +74,13 @@ def test_off_disables_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("NCL_TOKEN_CACHE", "")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache_dir() == tmp_path / "ncl" / "tokens"
+
+
+def test_no_readable_source_means_no_cache(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ncl.data.token_cache as token_cache
+
+    monkeypatch.setattr(token_cache, "_SOURCES", ("no_such_module.py",))
+    assert cache_key(CAPTIONS, VOCAB.words) is None
+    got = encode_all(CAPTIONS, VOCAB)
+    assert all(np.array_equal(a, b) for a, b in zip(got, uncached(CAPTIONS, VOCAB)))
+    assert not cache.exists()
