@@ -54,6 +54,10 @@ METHODS: dict[str, dict[str, Any]] = {
             "init_args": {"warmup_epochs": 2, "unlabelled_start": 0, "momentum_regularization": True,
                           "noise_abandon": True, "prediction_form": "linear",
                           "clean_rule": "greater_equal", "ncr_margin_mode": "per_sample"}},
+    # DECL: a prediction table and a step counter carried across epochs; k falls from 16 to the
+    # floor within the run (eta 1.0), so a resume that lost the counter would train differently
+    "decl": {"class_path": "ncl.methods.decl.DECL",
+             "init_args": {"warmup_epochs": 1, "hardness_batch_size": 16, "eta": 1.0, "mu": 3}},
 }
 
 

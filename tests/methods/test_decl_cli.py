@@ -1,0 +1,99 @@
+"""DECL through the real CLI on tiny synthetic data: fit with the per-epoch correspondence
+prediction logged against the ground truth, test; a short last batch skipped and counted;
+two CPU processes (DDP on gloo) holding the same prediction table on both ranks, equal to the
+table one process computes from the same weights. Kill-and-resume equal to an uninterrupted
+run: tests/cli/test_resume.py (``decl`` in tiny_runs.METHODS)."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from pathlib import Path
+
+import pytest
+import torch
+
+from ncl.cli import main
+from ncl.data.datamodule import SyntheticDataModule
+from ncl.methods.decl import DECL, PRED_CLEAN
+from ncl.models.sgraf import SGRAF
+from ncl.training.passes import run_pass
+from tiny_runs import (DDP_DATA, DDP_TRAINER, METHODS, TINY_SGRAF, assert_counted_once,
+                       last_checkpoint, method_config, per_epoch, run_folder, sync_check_args)
+
+
+def decl_config(root: Path, cache: Path, epochs: int = 3, steps: int = 4, **kwargs) -> Path:
+    return method_config(root, cache, METHODS["decl"], max_epochs=epochs, steps=steps, **kwargs)
+
+
+def test_fit_logs_the_prediction_and_tests(tmp_path: Path, synthetic_cache: Path) -> None:
+    config = decl_config(tmp_path, synthetic_cache)
+    main(["fit", "--config", str(config)])
+    folder = run_folder(tmp_path)
+    assert sorted(per_epoch(folder, "val/rsum")) == [0, 1, 2]
+    # the prediction exists from the first epoch after the warm-up on, with P/R/F1
+    for key in ("decl/predicted_clean", "decl/f1", "decl/precision", "decl/recall",
+                "decl/uncertainty_true_clean", "decl/uncertainty_true_noisy"):
+        assert sorted(per_epoch(folder, key)) == [1, 2], key
+    assert all(0 <= v <= 300 for v in per_epoch(folder, "decl/predicted_clean").values())
+    assert sorted(per_epoch(folder, "train/edl_epoch")) == [0, 1, 2]
+    hardness = per_epoch(folder, "train/hardness_epoch")
+    assert hardness[0] > hardness[2] >= 3  # k shrinks towards mu
+    state = last_checkpoint(folder)["ncl_training_state"]
+    assert state["steps"] == 12 and state["main_steps"] == 8
+    assert state["prediction_epoch"] == 2 and state["predictions"]["values"].shape == (4, 300)
+    table = state["predictions"]["values"]
+    assert set(table[PRED_CLEAN].unique().tolist()) <= {0.0, 1.0}
+    assert bool(((table[1] > 0) & (table[1] <= 1)).all())  # u_i2t = K / sum(alpha) in (0, 1]
+    main(["test", "--config", str(config), "--ckpt_path", "best"])
+    results = json.loads(next(tmp_path.rglob("test_results.json")).read_text())
+    assert set(results) == {"net"}
+
+
+def test_a_short_last_batch_is_skipped_and_counted(tmp_path: Path, synthetic_cache: Path) -> None:
+    """300 pairs in batches of 37: eight full batches and one of 4 < mu + 1 = 6 after the
+    warm-up, where the official loop breaks; in the warm-up only a batch of one is."""
+    config = method_config(tmp_path, synthetic_cache,
+                           {**METHODS["decl"], "init_args": {**METHODS["decl"]["init_args"], "mu": 5}},
+                           max_epochs=2, steps=100, data={"batch_size": 37})
+    main(["fit", "--config", str(config)])
+    folder = run_folder(tmp_path)
+    assert per_epoch(folder, "train/skipped_batches") == {1: 1.0}
+    assert last_checkpoint(folder)["ncl_training_state"]["steps"] == 9 + 8
+
+
+def test_two_cpu_processes_share_one_prediction(tmp_path: Path, synthetic_cache: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ranks hold the same table after every epoch (RankSyncCheck), and it equals the
+    prediction one process makes from the checkpoint's weights: the pass's batches do not
+    depend on the number of processes."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # read by the spawned processes' torch
+    config = decl_config(tmp_path, synthetic_cache, epochs=2, steps=DDP_TRAINER["limit_train_batches"],
+                         trainer=DDP_TRAINER, data=DDP_DATA)
+    main(["fit", "--config", str(config), *sync_check_args(tmp_path)])
+    assert (tmp_path / "sync_ok_world2").read_text() == "1"
+    folder = run_folder(tmp_path)
+    ckpt = last_checkpoint(folder)
+    state = ckpt["ncl_training_state"]
+    assert state["prediction_epoch"] == 1
+    assert_counted_once(config, folder, tmp_path)
+
+    # one process, the weights the table was predicted with (the end of epoch 0 = the
+    # checkpoint of epoch 0 is gone; recompute epoch 2's table from epoch 1's last weights)
+    data = SyntheticDataModule(preset="tiny", cache_dir=str(synthetic_cache), batch_size=16,
+                               noise_type="image", noise_ratio=0.4, n_train=DDP_DATA["n_train"],
+                               n_dev=DDP_DATA["n_dev"])
+    data.setup("fit")
+    model = DECL(ckpt["hyper_parameters"]["vocab_size"], partial(SGRAF, **TINY_SGRAF),
+                 **{k: v for k, v in METHODS["decl"]["init_args"].items()},
+                 prediction_batch_size=16)
+    model.load_state_dict(ckpt["state_dict"])
+    model._training_seed = int(ckpt["ncl_training_seed"])
+    alone = run_pass(model.refinement_pass(2), model.nets, data.train_pairs(), 2,
+                     torch.device("cpu"))[0]  # (N, 4)
+    main(["fit", "--config", str(config), "--trainer.max_epochs=3", "--ckpt_path=last",
+          *sync_check_args(tmp_path)])
+    table = last_checkpoint(folder)["ncl_training_state"]["predictions"]["values"]
+    assert last_checkpoint(folder)["ncl_training_state"]["prediction_epoch"] == 2
+    assert torch.equal(table[PRED_CLEAN], alone[:, PRED_CLEAN].double())
+    assert torch.allclose(table, alone.t().double(), rtol=1e-6, atol=1e-9)
