@@ -41,8 +41,15 @@ from ncl.callbacks.protocols import EpochDiagnostics, LabelView, PassSpec, Refin
 from ncl.callbacks.refinement import MomentumRefinement
 from ncl.data.contracts import retrieval_data
 from ncl.errors import ConfigError
-from ncl.losses.decl import (RdhReduction, correspondence_statistics, edl_loss, evidence, hardness,
-                             rdh_loss, reduce_rdh)
+from ncl.losses.decl import (
+    RdhReduction,
+    correspondence_statistics,
+    edl_loss,
+    evidence,
+    hardness,
+    rdh_loss,
+    reduce_rdh,
+)
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
 from ncl.metrics.noise_detection import detection_metrics
 from ncl.models.contracts import encode_images

@@ -8,8 +8,16 @@ import math
 import pytest
 import torch
 
-from ncl.losses.decl import (correspondence_statistics, dirichlet_kl_to_uniform, edl_loss,
-                             edl_row_loss, evidence, hardness, rdh_loss, reduce_rdh)
+from ncl.losses.decl import (
+    correspondence_statistics,
+    dirichlet_kl_to_uniform,
+    edl_loss,
+    edl_row_loss,
+    evidence,
+    hardness,
+    rdh_loss,
+    reduce_rdh,
+)
 
 
 def digamma(x: float) -> float:

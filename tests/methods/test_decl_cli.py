@@ -12,14 +12,24 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_runs import (
+    DDP_DATA,
+    DDP_TRAINER,
+    METHODS,
+    TINY_SGRAF,
+    assert_counted_once,
+    last_checkpoint,
+    method_config,
+    per_epoch,
+    run_folder,
+    sync_check_args,
+)
 
 from ncl.cli import main
 from ncl.data.datamodule import SyntheticDataModule
 from ncl.methods.decl import DECL, PRED_CLEAN
 from ncl.models.sgraf import SGRAF
 from ncl.training.passes import run_pass
-from tiny_runs import (DDP_DATA, DDP_TRAINER, METHODS, TINY_SGRAF, assert_counted_once,
-                       last_checkpoint, method_config, per_epoch, run_folder, sync_check_args)
 
 
 def decl_config(root: Path, cache: Path, epochs: int = 3, steps: int = 4, **kwargs) -> Path:
