@@ -72,6 +72,13 @@ METHODS: dict[str, list[str]] = {
     # Ablation without the intra-modal check: y^IM lies in [0, 1), so omega2 = 1 puts every
     # rough-clean pair into D_c and D_l stays empty (L_IM is still trained on D_c).
     "recon_no_im": [*RECON, "--model.omega2=1.0"],
+    # DECL (docs/methods/decl.md): 5 warm-up epochs on identity labels, then the per-epoch
+    # correspondence prediction; its own evidence temperature (tau 0.1; the quickstart's 0.05
+    # is RCL's and would otherwise carry over) and k starting from the benchmark's batch (64)
+    # rather than the official option 128, which a batch of 64 would clip to B - 1 for the
+    # first 2,560 steps (the whole run).
+    "decl": ["--model=ncl.methods.decl.DECL", f"--model.warmup_epochs={WARMUP}", "--model.tau=0.1",
+             "--model.hardness_batch_size=64"],
     "clean": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
               "--model.clean_only=true"],
     "clean_sum": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=sum",

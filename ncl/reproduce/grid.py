@@ -27,7 +27,7 @@ LABELS: dict[str, str] = {
     "triplet": "{} (hardest triplet)", "triplet_warmup": "{}* (warm-up, then hardest)",
     "triplet_sum": "{} summed triplet", "infonce": "{} InfoNCE", "ncr": "NCR-{}", "lnc": "LNC-{}",
     "rcl": "RCL-{}", "crcl": "CRCL-{}", "recon": "ReCon-{}", "recon_no_im": "ReCon-{} w/o intra-modal check",
-    "clean": "{}-C (clean only)", "clean_sum": "{}-C summed (clean only)",
+    "decl": "DECL-{}", "clean": "{}-C (clean only)", "clean_sum": "{}-C summed (clean only)",
 }
 
 # --- synthetic-small: measured choices (docs/results.md, "The reproduction tool") -----------------
@@ -47,6 +47,9 @@ SMALL_EPOCHS = 8
 SMALL_CRCL = ["--model.pieces=[8]", "--model.freeze_epochs=3"]
 #: LNC as configs/lnc_*.yaml read its paper: P of Eq. 9 (linear) and Alg. 1's w >= 0.5.
 SMALL_LNC = ["--model.prediction_form=linear", "--model.clean_rule=greater_equal"]
+#: DECL: k starts from the batch (16), not the option 128 (which a batch of 16 clips to B - 1
+#: until step 4,480, past the 2,504 steps of the run) and falls to mu = 5 at step 440.
+SMALL_DECL = ["--model.hardness_batch_size=16"]
 #: Tiny: the ``tiny`` synthetic preset (6 regions x 16 dims) and a backbone to match.
 TINY_DATA = ["--data.preset=tiny", "--data.n_train=60", "--data.batch_size=16",
              "--model.backbone.init_args.img_dim=16", "--model.backbone.init_args.num_regions=6",
@@ -58,7 +61,7 @@ PAPER_CONFIGS: dict[str, str] = {
     "triplet": "baseline_triplet_{bb}_{ds}", "triplet_warmup": "baseline_triplet_warmup_{bb}_{ds}",
     "triplet_sum": "baseline_triplet_sum_{bb}_{ds}", "infonce": "baseline_infonce_{bb}_{ds}",
     "ncr": "ncr_{bb}_{ds}", "lnc": "lnc_{bb}_{ds}", "rcl": "rcl_{bb}_{ds}", "crcl": "crcl_{bb}_{ds}",
-    "recon": "recon_{bb}_{ds}",
+    "recon": "recon_{bb}_{ds}", "decl": "decl_{bb}_{ds}",
 }
 
 
@@ -116,12 +119,13 @@ class Preset:
 def _warmup(epochs: int) -> dict[str, tuple[str, ...]]:
     """Per-method overrides that set the warm-up of the methods that have one."""
     w = (f"--model.warmup_epochs={epochs}",)
-    return {m: w for m in ("triplet_warmup", "ncr", "lnc", "recon", "recon_no_im")}
+    return {m: w for m in ("triplet_warmup", "ncr", "lnc", "recon", "recon_no_im", "decl")}
 
 
 _ALL_SYNTHETIC = (("triplet", "SGR"), ("triplet", "SAF"), ("triplet_warmup", "SGR"),
                   ("triplet_warmup", "SAF"), ("triplet_sum", "SGR"), ("infonce", "SGR"),
-                  ("ncr", "SGR"), ("lnc", "SGR"), ("rcl", "SGR"), ("crcl", "SGR"), ("recon", "SAF"))
+                  ("ncr", "SGR"), ("lnc", "SGR"), ("rcl", "SGR"), ("crcl", "SGR"), ("recon", "SAF"),
+                  ("decl", "SGR"))
 
 PRESETS: dict[str, Preset] = {
     "tiny": Preset("tiny", rows=(("ncr", "SAF"), ("rcl", "SAF")), noise_types=NOISE_KINDS,
@@ -131,6 +135,7 @@ PRESETS: dict[str, Preset] = {
         "synthetic-small", rows=_ALL_SYNTHETIC, noise_types=NOISE_KINDS, noises=(0.0, 0.2, 0.5, 0.8),
         seeds=(0, 1, 2), epochs=SMALL_EPOCHS, overrides=(f"--data.batch_size={SMALL_BATCH}",),
         method_overrides={**_warmup(SMALL_WARMUP), "crcl": tuple(SMALL_CRCL),
+                          "decl": (*_warmup(SMALL_WARMUP)["decl"], *SMALL_DECL),
                           "lnc": (*_warmup(SMALL_WARMUP)["lnc"], *SMALL_LNC)}),
     # The single-seed tables of docs/results.md and the method pages: every METHODS row as
     # written (batch 64, 14 epochs, 5 warm-up epochs; CRCL pieces 5/5/4). Their SAF rows are
@@ -147,7 +152,7 @@ PRESETS: dict[str, Preset] = {
         "paper", rows=(("triplet", "sgr"), ("triplet", "saf"), ("triplet_warmup", "sgr"),
                        ("triplet_sum", "sgr"), ("infonce", "sgr"), ("ncr", "sgr"), ("lnc", "sgr"),
                        ("rcl", "sgr"), ("rcl", "saf"), ("crcl", "sgr"), ("crcl", "saf"),
-                       ("recon", "sgr"), ("recon", "saf")),
+                       ("recon", "sgr"), ("recon", "saf"), ("decl", "sgr"), ("decl", "saf")),
         noise_types=NOISE_KINDS, noises=(0.0, 0.2, 0.5, 0.8), seeds=(0, 1, 2), epochs=None,
         from_configs=True),
     # configs/*_video_synthetic.yaml as shipped: the table of docs/video.md.

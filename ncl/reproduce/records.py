@@ -24,7 +24,7 @@ DETECTION = ("precision", "recall", "f1")
 DETECTION_VERSION = 2
 #: Methods that divide the data, and where their noise detection is logged.
 DIVIDERS = {"ncr": "co-divide", "lnc": "co-divide", "crcl": "labels", "recon": "three-way",
-            "recon_no_im": "three-way"}
+            "recon_no_im": "three-way", "decl": "prediction"}
 
 
 def _hparam(run_folder: Path, name: str) -> int | None:
@@ -52,6 +52,8 @@ def detection_of_row(row: dict[str, str], kind: str) -> dict[str, float] | None:
       ``labels/noisy/count`` (older runs: ``labels/noisy_*``, label below 0.5).
     * three-way (ReCon): ``D_n`` as the detected noisy set, from ``division/noisy`` and the
       ``division/{clean,local,noisy}_true_noisy`` counts.
+    * prediction (DECL): the pairs whose matched caption is not the top evidence,
+      ``decl/{precision,recall,f1}``.
     Returns ``None`` when the row has no such values.
     """
     if kind == "co-divide":
@@ -69,6 +71,10 @@ def detection_of_row(row: dict[str, str], kind: str) -> dict[str, float] | None:
         if not row.get("labels/noisy_f1"):
             return None
         return {m: float(row[f"labels/noisy_{m}"]) for m in DETECTION}
+    if kind == "prediction":  # DECL: the pairs its correspondence prediction calls noisy
+        if not row.get("decl/f1"):
+            return None
+        return {m: float(row[f"decl/{m}"]) for m in DETECTION}
     if not row.get("division/noisy_true_noisy"):
         return None
     counts = {k: float(row[f"division/{k}_true_noisy"]) for k in ("clean", "local", "noisy")}
