@@ -28,6 +28,7 @@ from tiny_runs import (
 from ncl.cli import main
 from ncl.data.datamodule import SyntheticDataModule
 from ncl.methods.decl import DECL, PRED_CLEAN
+from ncl.methods.pretrained import Pretrained
 from ncl.models.sgraf import SGRAF
 from ncl.training.passes import run_pass
 
@@ -58,6 +59,11 @@ def test_fit_logs_the_prediction_and_tests(tmp_path: Path, synthetic_cache: Path
     main(["test", "--config", str(config), "--ckpt_path", "best"])
     results = json.loads(next(tmp_path.rglob("test_results.json")).read_text())
     assert set(results) == {"net"}
+    # two ncl DECL checkpoints ensemble by evidence (DECL-SGRAF), as combine: auto resolves
+    ckpts = [str(next((folder / "checkpoints").glob("best*.ckpt"))), str(folder / "checkpoints" / "last.ckpt")]
+    vocab = last_checkpoint(folder)["hyper_parameters"]["vocab_size"]
+    ensemble = Pretrained(vocab, [partial(SGRAF, **TINY_SGRAF)] * 2, ckpts, names=["a", "b"])
+    assert ensemble.rule == "evidence"
 
 
 def test_a_short_last_batch_is_skipped_and_counted(tmp_path: Path, synthetic_cache: Path) -> None:
