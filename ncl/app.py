@@ -81,7 +81,7 @@ class NclArgumentParser(LightningArgumentParser):
         and Lightning's table repeats them per DataLoader with float32 digits.
 
         ``predict`` also gets :class:`RankedPairsWriter`'s options at the top level (``--out``,
-        ``--split``, ``--batch_size``, ``--margin``, documented from its docstring); the
+        ``--split``, ``--batch_size``, ``--margin``, ``--ranking``, documented from its docstring); the
         application builds the writer from them (:func:`prediction_writer`). Its predictions
         are not returned (``return_predictions`` false): the writer keeps what it needs.
         """

@@ -1,5 +1,6 @@
 """The writer of ``ncl predict``: per-pair values from the predicted batch matrices, the GMM
-over the whole split, the ranked table (:mod:`ncl.predict` holds the pure parts).
+over the whole split (or DECL's uncertainty, ``--ranking uncertainty``), the ranked table
+(:mod:`ncl.predict` holds the pure parts).
 
 It works through two small protocols: the method gives each batch's score matrix
 (:class:`BatchScorer`, :class:`~ncl.methods.pretrained.Pretrained`), the DataModule serves the
@@ -27,6 +28,10 @@ from ncl.predict import (
     pair_values,
     ranked_table,
     report,
+    report_uncertainty,
+    uncertainty_summary,
+    uncertainty_table,
+    uncertainty_values,
     write_outputs,
 )
 
@@ -37,6 +42,18 @@ class BatchScorer(Protocol):
     the batch's averaged score matrix, images x captions, pair ``i`` on the diagonal."""
 
     def batch_scores(self, batch: dict[str, Tensor]) -> Tensor: ...
+
+
+@runtime_checkable
+class EvidenceScorer(Protocol):
+    """A :class:`BatchScorer` that can also return DECL evidence: with ``predict_evidence``
+    set, its ``predict_step`` adds ``"evidence": (B, B)`` float64, the batch's averaged
+    ``exp(tanh(z) / tau)``; ``rule`` says whether its matrices are evidence (``"evidence"``)."""
+
+    rule: str
+    predict_evidence: bool
+
+    def batch_evidence(self, batch: dict[str, Tensor]) -> Tensor: ...
 
 
 @runtime_checkable
@@ -61,6 +78,11 @@ class RankedPairsWriter(BasePredictionWriter):
     the ground truth is known) is written and summarised on screen. One device only: the
     mixture is fitted on the whole split in one process.
 
+    With ``ranking="uncertainty"`` each batch's pairs also get DECL's uncertainty and
+    prediction from the batch's evidence (:func:`ncl.predict.uncertainty_values`, ``K`` = the
+    batch's size); no mixture is fitted, and the table has ``uncertainty`` and
+    ``predicted_clean`` instead of ``clean_probability``, most uncertain first.
+
     Args:
         out: the table to write, ``.csv`` or ``.parquet`` (Parquet needs pyarrow); a
             ``<stem>.metrics.json`` beside it holds the detection metrics when the clean mask
@@ -70,29 +92,43 @@ class RankedPairsWriter(BasePredictionWriter):
         batch_size: pairs per scoring batch (the in-batch negatives of the mean hinge);
             default ``data.batch_size``, the co-divide's.
         margin: margin of the mean hinge (NCR's 0.2).
+        ranking: ``gmm`` (default): the GMM clean probability of the mean hinge, ascending.
+            ``uncertainty``: DECL's Dirichlet uncertainty of the batch's evidence, descending
+            (ties by caption index), with DECL's argmax prediction; needs DECL evidence
+            (``model.combine`` resolving to ``evidence``: DECL checkpoints, or
+            ``--model.combine evidence``). ``K`` is the scoring batch's size
+            (``batch_size``).
     """
 
     #: The constructor's options, which are ``ncl predict``'s own (``--out`` ...).
-    OPTIONS = ("out", "split", "batch_size", "margin")
+    OPTIONS = ("out", "split", "batch_size", "margin", "ranking")
 
     def __init__(self, out: str | None = None, split: str = "train", batch_size: int | None = None,
-                 margin: float = DEFAULT_MARGIN) -> None:
+                 margin: float = DEFAULT_MARGIN, ranking: str = "gmm") -> None:
         super().__init__(write_interval="batch")
-        self.out = check_options(out, split, batch_size)
-        self.split, self.batch_size, self.margin = split, batch_size, margin
+        self.out = check_options(out, split, batch_size, ranking)
+        self.split, self.batch_size, self.margin, self.ranking = split, batch_size, margin, ranking
         self._pairs: PairDataset | None = None
         self._true_clean: np.ndarray | None = None
         self._similarity, self._loss = np.zeros(0), np.zeros(0)  # (N,) each once set up
+        self._uncertainty, self._predicted_clean = np.zeros(0), np.zeros(0, dtype=bool)
+        self._batch_sizes: list[int] = []  # K of every scored batch (uncertainty ranking)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Check the run, choose the DataModule's split and make room for its values."""
         if stage != "predict":
             return
         data = _check_run(trainer, pl_module)
+        if self.ranking == "uncertainty":
+            check_evidence(pl_module)
+            pl_module.predict_evidence = True  # type: ignore[union-attr]
         data.use_predict_split(self.split, self.batch_size)
         self._pairs, self._true_clean = data.predict_pairs(), data.predict_clean_mask()
         self._similarity = np.full(len(self._pairs), np.nan)  # (N,) float64
         self._loss = np.full(len(self._pairs), np.nan)  # (N,) float64
+        self._uncertainty = np.full(len(self._pairs), np.nan)  # (N,) float64
+        self._predicted_clean = np.zeros(len(self._pairs), dtype=bool)  # (N,)
+        self._batch_sizes = []
 
     def write_on_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
                            prediction: dict[str, Tensor], batch_indices: Sequence[int] | None,
@@ -103,6 +139,11 @@ class RankedPairsWriter(BasePredictionWriter):
         index = prediction["index"].cpu().numpy()
         self._similarity[index] = similarity.cpu().numpy()
         self._loss[index] = loss.cpu().numpy()
+        if self.ranking == "uncertainty":
+            uncertainty, predicted_clean = uncertainty_values(prediction["evidence"])  # (B,), (B,)
+            self._uncertainty[index] = uncertainty.cpu().numpy()
+            self._predicted_clean[index] = predicted_clean.cpu().numpy()
+            self._batch_sizes.append(len(index))
 
     def on_predict_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Every pair scored: the mixture over the whole split, the table, the metrics."""
@@ -114,11 +155,22 @@ class RankedPairsWriter(BasePredictionWriter):
             raise ConfigError(f"ncl predict scored {len(pairs) - missing} of {len(pairs)} pairs; "
                               "the ranking needs them all (remove trainer.limit_predict_batches)")
         scores = PairScores(np.asarray(pairs.cap2img, dtype=np.int64), self._similarity, self._loss)
+        if self.ranking == "uncertainty":
+            self._write_uncertainty(scores, pairs)
+            return
         prob = clean_probability(scores.loss)
         summary = (None if self._true_clean is None
                    else detection_summary(prob, scores.loss, self._true_clean))
         write_outputs(ranked_table(scores, prob, pairs.split.captions), summary, self.out)
         report(prob, summary, self.split, self.out)
+
+    def _write_uncertainty(self, scores: PairScores, pairs: PairDataset) -> None:
+        """``--ranking uncertainty``: the table by DECL uncertainty and its metrics (no GMM)."""
+        scores.uncertainty, scores.predicted_clean = self._uncertainty, self._predicted_clean
+        summary = (None if self._true_clean is None
+                   else uncertainty_summary(scores.uncertainty, scores.predicted_clean, self._true_clean))
+        write_outputs(uncertainty_table(scores, pairs.split.captions), summary, self.out)
+        report_uncertainty(scores, summary, self.split, self._batch_sizes, self.out)
 
 
 def _check_run(trainer: L.Trainer, pl_module: L.LightningModule) -> PredictData:
@@ -145,3 +197,19 @@ def check_scorer(pl_module: L.LightningModule) -> None:
         raise ConfigError(f"ncl predict needs model ncl.methods.pretrained.Pretrained with "
                           f"model.checkpoints (e.g. --config configs/eval_sgraf_f30k.yaml), got "
                           f"{type(pl_module).__module__}.{type(pl_module).__name__}")
+
+
+def check_evidence(pl_module: L.LightningModule) -> None:
+    """Raise ConfigError unless ``pl_module``'s batch matrices are DECL evidence
+    (:class:`EvidenceScorer` with ``rule == "evidence"``), which ``--ranking uncertainty``
+    needs: DECL's uncertainty is defined on evidence, not on sigmoid scores."""
+    if not isinstance(pl_module, EvidenceScorer):
+        raise ConfigError(f"--ranking uncertainty needs a model that gives DECL evidence "
+                          f"(ncl.methods.pretrained.Pretrained), got "
+                          f"{type(pl_module).__module__}.{type(pl_module).__name__}")
+    if pl_module.rule != "evidence":
+        combine = pl_module.hparams.get("combine", "auto")
+        raise ConfigError(f"--ranking uncertainty needs DECL evidence, but model.combine "
+                          f"{combine} resolved to {pl_module.rule!r} (not every checkpoint is a "
+                          f"DECL checkpoint, or combine is forced to score); use DECL checkpoints, "
+                          f"--model.combine evidence, or --ranking gmm")

@@ -52,7 +52,7 @@ from ncl.losses.decl import (
 )
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
 from ncl.metrics.noise_detection import detection_metrics
-from ncl.models.contracts import encode_images
+from ncl.models.contracts import forward_logits
 from ncl.training.schedule import step_decay
 from ncl.training.state import PerSampleState, overwrite
 
@@ -65,18 +65,11 @@ PREDICTION_STREAM = 41
 PRED_CLEAN, U_I2T, U_T2I, MATCHED_EVIDENCE = range(4)
 
 
-def batch_logits(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-    """The ``(B, B)`` raw SGRAF scores ``Z`` of a batch (before the sigmoid)."""
-    img = encode_images(net, batch)
-    cap = net.encode_captions(batch["tokens"], batch["lengths"])
-    return net.similarity_logits(img, cap, batch["lengths"])
-
-
 def prediction_values(tau: float) -> Callable[[nn.Module, dict[str, Tensor]], Tensor]:
     """The per-sample function of the prediction pass: ``(B, 4)`` rows of
     :func:`~ncl.losses.decl.correspondence_statistics` of the batch's evidence."""
     def fn(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-        return correspondence_statistics(evidence(batch_logits(net, batch).double(), tau))
+        return correspondence_statistics(evidence(forward_logits(net, batch).double(), tau))
     return fn
 
 
@@ -233,7 +226,7 @@ class DECL(RetrievalMethod):
         self.steps += 1
         self.main_steps += 0 if warmup else 1
         k = self.hardness_k(size, warmup)
-        logits = batch_logits(self.net, batch).float()  # (B, B)
+        logits = forward_logits(self.net, batch).float()  # (B, B)
         clean = self.batch_targets(batch["index"], warmup, logits.device)  # (B,)
         target = torch.diag(clean.to(logits.dtype))  # identity, predicted-noisy rows zeroed
         loss_edl = edl_loss(evidence(logits, hp.tau), target, hp.lambda2, self.kl_weight()).mean()

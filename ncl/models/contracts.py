@@ -101,3 +101,12 @@ def encode_images(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
     (the same rule as :func:`forward_batch`)."""
     extra = {"image_lengths": batch["image_lengths"]} if "image_lengths" in batch else {}
     return net.encode_images(batch["images"], **extra)
+
+
+def forward_logits(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+    """``(B, B)`` raw scores (before the sigmoid) of a collated batch, from a backbone with
+    ``similarity_logits`` (SGRAF: DECL's evidence and ReCon's scores are computed from them);
+    images encoded as :func:`encode_images` encodes them."""
+    img = encode_images(net, batch)
+    cap = net.encode_captions(batch["tokens"], batch["lengths"])
+    return net.similarity_logits(img, cap, batch["lengths"])
