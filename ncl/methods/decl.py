@@ -93,7 +93,9 @@ class DECL(RetrievalMethod):
         hardness_batch_size: where ``k`` starts: the official option batch size (128), not the
             actual batch; ``None`` starts from each batch's size.
         hardness_counts_warmup: the step counter of ``k`` includes the warm-up steps
-            (official); false restarts it at the first epoch after the warm-up.
+            (official); false counts only the steps after the warm-up, so the warm-up trains
+            with ``k`` at its start (every negative) and the schedule begins at the first
+            epoch after it.
         rdh_reduction: ``sum`` over the kept pairs (official) or ``mean``.
         kl_anneal_epochs: 0 (official): constant ``lambda2``; ``n > 0``: the KL weight is
             ``lambda2 * min(1, epoch / n)``, the annealing of the EDL loss DECL builds on
@@ -200,7 +202,7 @@ class DECL(RetrievalMethod):
     def hardness_k(self, size: int, warmup: bool) -> int:
         """``k`` for this step (the counters already include it)."""
         hp = self.hparams
-        step = self.steps if hp.hardness_counts_warmup or warmup else self.main_steps
+        step = self.steps if hp.hardness_counts_warmup else (0 if warmup else self.main_steps)
         start = hp.hardness_batch_size or size
         return hardness(step, start, size, hp.eta, hp.mu)
 
