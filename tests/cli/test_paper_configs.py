@@ -63,7 +63,27 @@ ROWS = [
     ("rcl_saf_f30k_readme", "SAF", 5e-4, 30, 20, "image", NOISE_FILE),
     ("rcl_sgr_coco", "SGR", 5e-4, 20, 10, "image", NOISE_FILE),
     ("rcl_saf_coco", "SAF", 5e-4, 20, 10, "image", NOISE_FILE),
+    # DECL (spec 4.6.6, supplementary Table 1): warm-up epochs come first, inside max_epochs
+    ("decl_sgr_f30k", "SGR", 2e-4, 45, 20, "image", NOISE_FILE),
+    ("decl_saf_f30k", "SAF", 2e-4, 45, 20, "image", NOISE_FILE),
+    ("decl_sgr_coco", "SGR", 5e-4, 22, 10, "image", NOISE_FILE),
+    ("decl_saf_coco", "SAF", 5e-4, 22, 10, "image", NOISE_FILE),
+    ("decl_sgr_cc152k", "SGR", 2e-4, 45, 20, "none", None),
+    ("decl_saf_cc152k", "SAF", 2e-4, 45, 20, "none", None),
 ]
+
+
+@pytest.mark.parametrize(("name", "warmup"), [("decl_sgr_f30k", 5), ("decl_saf_coco", 2),
+                                              ("decl_sgr_cc152k", 5)])
+def test_decl_rows_keep_the_official_constants(name: str, warmup: int) -> None:
+    """Supplementary Table 1: the same DECL constants everywhere; only the schedule differs."""
+    model = load(name)["model"]["init_args"]
+    assert model.get("warmup_epochs", 5) == warmup
+    assert model["backbone"]["init_args"].get("add_mask_token", False) is False  # DECL has no <mask>
+    official = {"tau": 0.1, "lambda1": 0.8, "lambda2": 0.1, "eta": 0.025, "mu": 5, "margin": 0.2,
+                "hardness_batch_size": 128, "hardness_counts_warmup": True, "rdh_reduction": "sum",
+                "kl_anneal_epochs": 0, "lr_schedule": "after_warmup", "grad_clip": 2.0}
+    assert {k: model[k] for k in official} == official
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
