@@ -56,6 +56,10 @@ def test_fit_logs_the_prediction_and_tests(tmp_path: Path, synthetic_cache: Path
     table = state["predictions"]["values"]
     assert set(table[PRED_CLEAN].unique().tolist()) <= {0.0, 1.0}
     assert bool(((table[1] > 0) & (table[1] <= 1)).all())  # u_i2t = K / sum(alpha) in (0, 1]
+    # the figures: uncertainty and matched-evidence histograms (split by the ground truth)
+    # of the epochs after the warm-up, and the detection curve of the prediction
+    names = {p.name for p in (folder / "figures").iterdir()}
+    assert {"labels_epoch002.png", "detection.png", "rsum.png"} <= names, names
     main(["test", "--config", str(config), "--ckpt_path", "best"])
     results = json.loads(next(tmp_path.rglob("test_results.json")).read_text())
     assert set(results) == {"net"}
