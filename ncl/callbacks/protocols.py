@@ -99,8 +99,8 @@ class Refinable(Protocol):
 class EpochRefinable(Refinable, Protocol):
     """A :class:`Refinable` whose table moves once per epoch from a per-sample pass: at the end
     of epoch ``e - 1`` (and as a fallback at the start of ``e``) the callback runs
-    ``refinement_pass(e)`` when ``refinement_due(e)`` and hands the ``(N,)`` values to
-    ``accept_refinement``."""
+    ``refinement_pass(e)`` when ``refinement_due(e)`` and hands the ``(N,)`` values (``(N, C)``
+    for a pass with several columns: DECL's prediction) to ``accept_refinement``."""
 
     def refinement_due(self, epoch: int) -> bool: ...
 

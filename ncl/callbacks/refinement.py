@@ -1,5 +1,7 @@
 """Momentum refinement of a per-sample table (LNC's momentum targets, Eq. 5; CRCL's soft
-labels, Eq. 10-12), per training step or once per epoch.
+labels, Eq. 10-12), per training step or once per epoch. With the overwrite rule the per-epoch
+path is any method's per-epoch, per-sample pass into its table: DECL's correspondence
+prediction runs through it.
 
 The method owns the table (a :class:`~ncl.training.state.PerSampleState`, checkpointed with
 its training state) and states what moves it through :class:`~ncl.callbacks.protocols.Refinable`;
@@ -71,4 +73,4 @@ class MomentumRefinement(L.Callback):
         values = run_pass(method.refinement_pass(epoch), pl_module.nets, data.train_pairs(), epoch,
                           pl_module.device, trainer.global_rank, trainer.world_size,
                           data.num_workers, description="refinement pass")
-        method.accept_refinement(epoch, values[0].cpu())  # (N,), identical on every rank
+        method.accept_refinement(epoch, values[0].cpu())  # (N,) or (N, C), identical on every rank
