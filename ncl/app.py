@@ -135,6 +135,10 @@ class NclCLI(LightningCLI):
         parser.add_argument("--fresh_if_missing", type=bool, default=False,
                             help="with --ckpt_path last (or a path): start a new run instead of "
                                  "stopping when there is no checkpoint to resume")
+        parser.add_argument("--allow_untrained", type=bool, default=False,
+                            help="ncl test/validate without --ckpt_path: score the model's "
+                                 "initial (untrained) weights, to check the evaluation itself; "
+                                 "never a result")
 
     def _parse_ckpt_path(self) -> None:
         """Resolve ``--ckpt_path`` (``last``, ``best``, a file; :mod:`ncl.runs`) and check
@@ -149,6 +153,8 @@ class NclCLI(LightningCLI):
             if path is not None:
                 epoch = int(read_checkpoint(path).get("epoch", 0))
                 self._resume = (path, epoch) if subcommand == "fit" else None
+        if cfg is not None and subcommand in ("test", "validate"):
+            check_trained_weights(cfg, subcommand)
         before = _flat(cfg.get("model")) if cfg is not None else {}
         own_extra = set(_extra_kwargs(cfg))
         super()._parse_ckpt_path()
@@ -269,6 +275,22 @@ def _extra_kwargs(cfg: Any) -> dict[str, Any]:
     model = cfg.get("model") if cfg is not None else None
     extra = model.get("dict_kwargs") if model is not None and hasattr(model, "get") else None
     return extra if isinstance(extra, dict) else {}
+
+
+def check_trained_weights(cfg: Any, subcommand: str) -> None:
+    """``ncl test``/``validate`` score trained weights: a ``--ckpt_path``, or a model that
+    names its checkpoints (``model.checkpoints``: the ``eval_*`` configs); otherwise one
+    ConfigError, unless ``--allow_untrained`` (the initial weights, to check the evaluation).
+    Without this a forgotten ``--ckpt_path`` wrote an untrained model's scores as a result."""
+    if cfg.get("ckpt_path") or cfg.get("allow_untrained"):
+        return
+    model = cfg.get("model")
+    init_args = model.get("init_args") if model is not None and hasattr(model, "get") else None
+    if init_args is not None and hasattr(init_args, "get") and init_args.get("checkpoints"):
+        return
+    raise ConfigError(f"ncl {subcommand}: no --ckpt_path, so this would score the model's untrained "
+                      f"initial weights; pass --ckpt_path best (this config's newest run), last or a "
+                      f"checkpoint file (or --allow_untrained true to check the evaluation itself)")
 
 
 def drop_removed_options(cfg: Any, own: set[str], ckpt_path: str) -> None:

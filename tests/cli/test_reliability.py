@@ -92,7 +92,7 @@ def test_nan_eval_features_name_split_file_and_images(tmp_path: Path, capsys, mo
                                                        subcommand: str, split: str, label: str) -> None:
     cache = poisoned_cache(tmp_path, split, [3, 8])
     monkeypatch.chdir(tmp_path)
-    err = main_exit(capsys, subcommand, *tiny(cache, "--data.nan_check_samples=2"))
+    err = main_exit(capsys, subcommand, *tiny(cache, "--data.nan_check_samples=2", "--allow_untrained=true"))
     [line] = error_lines(err)
     assert f"the {label} features in " in line and f"{split}_ims.npy" in line
     assert "2 of 30 images (images 3, 8)" in line
@@ -249,3 +249,17 @@ def test_lightning_results_table_is_off_by_default(capsys) -> None:
     assert exit_info.value.code == 0
     help_text = " ".join(capsys.readouterr().out.split())
     assert "prints the test results. (type: bool, default: False)" in help_text
+
+
+# ---------------------------------------------------------------- issue 29, item 2
+@pytest.mark.parametrize("subcommand", ["test", "validate"])
+def test_evaluating_without_a_checkpoint_is_one_line(tmp_path: Path, capsys, monkeypatch,
+                                                     subcommand: str) -> None:
+    """``ncl test --config configs/quickstart.yaml`` without ``--ckpt_path`` used to score the
+    untrained initial weights, exit 0 and write ``test_results.json`` (issue 29, item 2)."""
+    monkeypatch.chdir(tmp_path)
+    err = main_exit(capsys, subcommand, *tiny(tmp_path / "cache"))
+    [line] = error_lines(err)
+    assert f"ncl {subcommand}: no --ckpt_path" in line and "--allow_untrained" in line
+    assert len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.rglob("test_results.*")) and not list(tmp_path.rglob("metrics.csv"))

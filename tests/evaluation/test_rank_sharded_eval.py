@@ -216,6 +216,6 @@ def test_two_process_validate_equals_one(tmp_path: Path, synthetic_cache: Path,
         root = tmp_path / f"world{devices}"
         config = method_config(root, synthetic_cache, method, max_epochs=1, steps=1,
                                trainer={"devices": devices, "strategy": strategy})
-        main(["validate", "--config", str(config)])
+        main(["validate", "--config", str(config), "--allow_untrained=true"])
         metrics[devices] = validation_metrics(run_folder(root))
     assert "val/rsum" in metrics[1] and metrics[1] == metrics[2]
