@@ -43,6 +43,9 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
     ("trainer.callbacks[2].init_args.logging_interval", ABSENT, None): "(the same callback)",
     ("trainer.callbacks[2].init_args.log_momentum", ABSENT, False): "(the same callback)",
     ("trainer.callbacks[2].init_args.log_weight_decay", ABSENT, False): "(the same callback)",
+    # issue 29: ncl test/validate need trained weights unless told otherwise
+    ("allow_untrained", ABSENT, False):
+        "a new top-level option of every subcommand (used by ncl test/validate); the run is the same",
 }
 
 
