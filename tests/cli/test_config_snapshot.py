@@ -46,6 +46,10 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
     # issue 29: ncl test/validate need trained weights unless told otherwise
     ("allow_untrained", ABSENT, False):
         "a new top-level option of every subcommand (used by ncl test/validate); the run is the same",
+    # issue 29 (run record): entries below this line
+
+    # issue 29 (ReCon): entries below this line
+
 }
 
 
