@@ -1,4 +1,5 @@
-"""The ``ncl`` application: a LightningCLI in subclass mode, its argument parser and checks.
+"""The ``ncl`` application: a LightningCLI in subclass mode (its parser and the checks after
+parsing: :mod:`ncl.parser`; checkpoint options: :mod:`ncl.checkpoint_options`).
 
 :mod:`ncl.cli` is the console entry point that runs it.
 
@@ -14,97 +15,60 @@ to repeat it.
 
 from __future__ import annotations
 
-import errno
-import importlib
-import inspect
-import os
-import pkgutil
 import sys
-import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import (Callback, LearningRateMonitor, ModelCheckpoint, ProgressBar,
-                                         RichProgressBar)
+import yaml
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.pytorch.callbacks import (
+    Callback,
+    LearningRateMonitor,
+    ModelCheckpoint,
+    ProgressBar,
+)
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
 
+from ncl.callbacks.console import ConsoleInEveryProcess
 from ncl.callbacks.figures import Figures
 from ncl.callbacks.prediction_writer import RankedPairsWriter, check_scorer
+from ncl.callbacks.progress_bars import LineProgressBar, NclRichProgressBar
 from ncl.callbacks.tracking import WandbRunContent
-from ncl.checkpoint_io import AtomicCheckpointIO
+from ncl.checkpoint_io import AtomicCheckpointIO, check_backbone, check_weights_fit
+from ncl.checkpoint_options import (
+    _extra_kwargs,
+    _flat,
+    check_trained_weights,
+    drop_removed_options,
+    warn_replaced_model_options,
+)
 from ncl.compose import TRAINER_DEFAULTS, expand_configs
-from ncl.errors import ConfigError, NclWarning
 from ncl.loggers import NclWandbLogger, run_labels
-from ncl.methods.base import RetrievalMethod
+from ncl.parser import NclArgumentParser, _as_list, _get, prediction_writer  # noqa: F401
+from ncl.run_record import (
+    Resume,
+    RunConfigSaver,
+    check_resume,
+    flatten,
+    leftover_start,
+    remove_start_record,
+)
 from ncl.runs import (
     CHECKPOINTS,
+    WANDB_LOGGERS,
     default_logger,
     first_logger,
     point_logger_at,
     read_checkpoint,
     resolve_checkpoint,
     run_dir_of,
-    WANDB_LOGGERS,
+    runs_root,
     set_logger,
 )
-
-
-class NclArgumentParser(LightningArgumentParser):
-    """Argument parser whose errors are short: one usage line, the message, exit 2.
-
-    jsonargparse prints the full option list on every error (40+ lines) which hides the
-    message; ``ncl fit --help`` still shows everything.
-    """
-
-    def print_usage(self, file: TextIO | None = None) -> None:
-        prog = self.prog.replace(" [options]", "")
-        (file or sys.stderr).write(f"usage: {prog} [--config FILE ...] [--key value ...] "
-                                   "(--help for all options)\n")
-
-    def format_help(self) -> str:
-        """argparse's help, with the epilog (ncl's catalogue of methods) kept as written
-        instead of re-wrapped into one paragraph."""
-        epilog, self.epilog = self.epilog, None
-        try:
-            text = super().format_help()
-        finally:
-            self.epilog = epilog
-        return text + (f"\n{epilog}\n" if epilog else "")
-
-    def add_method_arguments(self, theclass: Any, themethod: str, *args: Any, **kwargs: Any) -> Any:
-        """Lightning's method arguments; ``--verbose`` of ``validate``/``test`` defaults to
-        false: ncl prints its own results (a line per validation, the paper-style table),
-        and Lightning's table repeats them per DataLoader with float32 digits.
-
-        ``predict`` also gets :class:`RankedPairsWriter`'s options at the top level (``--out``,
-        ``--split``, ``--batch_size``, ``--margin``, ``--ranking``, documented from its docstring); the
-        application builds the writer from them (:func:`prediction_writer`). Its predictions
-        are not returned (``return_predictions`` false): the writer keeps what it needs.
-        """
-        added = super().add_method_arguments(theclass, themethod, *args, **kwargs)
-        if themethod in ("validate", "test") and "verbose" in added:
-            self.set_defaults(verbose=False)
-        if themethod == "predict":
-            self.add_class_arguments(RankedPairsWriter, None, instantiate=False, fail_untyped=False)
-            if "return_predictions" in added:
-                self.set_defaults(return_predictions=False)
-        return added  # the Trainer.predict arguments only: the writer's are not passed to it
-
-    def parse_args(self, *args: Any, **kwargs: Any) -> Any:
-        """Parse, then check ``ncl predict``'s options and that the subcommand's output folders
-        can be written (before any class is instantiated, so nothing is trained or loaded
-        whose results could not be saved)."""
-        cfg = super().parse_args(*args, **kwargs)
-        subcommand = cfg.get("subcommand") if hasattr(cfg, "get") else None
-        if subcommand == "predict" and cfg.get(subcommand) is not None:
-            check_prediction_options(cfg[subcommand])
-        if subcommand and cfg.get(subcommand) is not None:
-            check_output_folders(cfg[subcommand])
-        return cfg
 
 
 class NclCLI(LightningCLI):
@@ -120,6 +84,8 @@ class NclCLI(LightningCLI):
                 parser_kwargs[sub] = {**defaults, **parser_kwargs.get(sub, {})}
         else:
             parser_kwargs = {**defaults, **parser_kwargs}
+        # config.yaml when a run starts, a resumes.jsonl line when it is resumed (ncl.run_record)
+        kwargs.setdefault("save_config_callback", RunConfigSaver)
         super().__init__(*args, parser_kwargs=parser_kwargs, **kwargs)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
@@ -139,11 +105,23 @@ class NclCLI(LightningCLI):
                             help="ncl test/validate without --ckpt_path: score the model's "
                                  "initial (untrained) weights, to check the evaluation itself; "
                                  "never a result")
+        parser.add_argument("--override_run", type=bool, default=False,
+                            help="ncl fit --ckpt_path: resume although model or data options "
+                                 "differ from the run's (otherwise one error line names them); "
+                                 "the run's config.yaml and noise files stay as the run started, "
+                                 "the changes are appended to its resumes.jsonl (new noise as "
+                                 "noise.<sha>.json beside noise.json)")
 
     def _parse_ckpt_path(self) -> None:
         """Resolve ``--ckpt_path`` (``last``, ``best``, a file; :mod:`ncl.runs`) and check
-        that it can be read, before Lightning reads the hyperparameters stored in it."""
+        that it can be read, before Lightning reads the hyperparameters stored in it.
+
+        A resume is checked against its run's record before anything is built or written
+        (:func:`ncl.run_record.check_resume`), an evaluated checkpoint against the config's
+        backbone (:func:`ncl.checkpoint_io.check_backbone`)."""
         self._resume: tuple[Path, int] | None = None
+        self._resume_record: Resume | None = None
+        self._leftover: Path | None = None
         subcommand = self.config.get("subcommand")
         cfg = self.config[subcommand] if subcommand else None
         if cfg is not None and "ckpt_path" in cfg:
@@ -151,10 +129,15 @@ class NclCLI(LightningCLI):
                                       bool(cfg.get("fresh_if_missing")))
             cfg.ckpt_path = None if path is None else str(path)
             if path is not None:
-                epoch = int(read_checkpoint(path).get("epoch", 0))
-                self._resume = (path, epoch) if subcommand == "fit" else None
+                ckpt = read_checkpoint(path)
+                self._resume = (path, int(ckpt.get("epoch", 0))) if subcommand == "fit" else None
+                self._check_run_record(subcommand, path, ckpt)
+            elif subcommand == "fit" and cfg.get("fresh_if_missing"):
+                self._leftover = leftover_start(runs_root(cfg.trainer), self._options(subcommand))
         if cfg is not None and subcommand in ("test", "validate"):
             check_trained_weights(cfg, subcommand)
+        if self._resume_record is not None and self._resume_record.override:
+            return  # the resumed run's options are the user's: the stored ones must not win
         before = _flat(cfg.get("model")) if cfg is not None else {}
         own_extra = set(_extra_kwargs(cfg))
         super()._parse_ckpt_path()
@@ -162,6 +145,39 @@ class NclCLI(LightningCLI):
             drop_removed_options(self.config[subcommand], own_extra, cfg.ckpt_path)
             warn_replaced_model_options(before, _flat(self.config[subcommand].get("model")),
                                         cfg.ckpt_path)
+
+    def _options(self, subcommand: str) -> dict[str, Any]:
+        """The subcommand's config as ``config.yaml`` would hold it, flattened."""
+        text = self._parser(subcommand).dump(self.config[subcommand], skip_none=False, skip_check=True)
+        return flatten(yaml.safe_load(text) or {})
+
+    def _check_run_record(self, subcommand: str, path: Path, ckpt: dict[str, Any]) -> None:
+        """A resume: one error line for options that differ from the run's (unless
+        ``--override_run``), else the record of the resume. An evaluation: one error line for
+        backbone options that differ from the checkpoint's run."""
+        options = self._options(subcommand)
+        if subcommand != "fit":
+            check_backbone(path, options)
+            return
+        override = bool(self.config[subcommand].get("override_run"))
+        changes = check_resume(run_dir_of(path), path, ckpt, options, override)
+        steps = {key: ckpt.get(key, 0) for key in ("epoch", "global_step")}
+        self._resume_record = Resume(run_dir_of(path), path, steps, changes, override)
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Check that the checkpoint's weights fit the model first; a run folder this command
+        created and left holding a start record only (it failed before its first step) is
+        removed: failed starts leave no empty run folders."""
+        try:
+            ckpt_path = self.config[subcommand].get("ckpt_path")
+            if ckpt_path:
+                check_weights_fit(self.model, ckpt_path)
+            super()._run_subcommand(subcommand)
+        except BaseException:
+            new_run = getattr(self, "_new_run_dir", None)
+            if new_run is not None and self.trainer.is_global_zero:
+                remove_start_record(new_run)
+            raise
 
     def before_instantiate_classes(self) -> None:
         """Build ``ncl predict``'s writer, make the default logger explicit and, when
@@ -180,6 +196,9 @@ class NclCLI(LightningCLI):
         if self.subcommand in ("validate", "test", "predict"):
             # Evaluating a checkpoint never writes checkpoints; its saved folder is irrelevant.
             warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
+        leftover = getattr(self, "_leftover", None)
+        if leftover is not None and rank_zero_only.rank == 0:
+            remove_start_record(leftover)  # a killed start of this run: start it again, once
         if getattr(self, "_resume", None) is not None:
             path, epoch = self._resume
             self._run_dir = run_dir_of(path)
@@ -210,6 +229,12 @@ class NclCLI(LightningCLI):
             callbacks.append(self._writer)
         trainer = super()._instantiate_trainer(config, callbacks)
         run_dir = getattr(self, "_run_dir", None) or Path(trainer.log_dir or trainer.default_root_dir)
+        for callback in trainer.callbacks:
+            if isinstance(callback, RunConfigSaver):
+                callback.resume = getattr(self, "_resume_record", None)
+        # a run folder of its own (not a resumed one, not default_root_dir itself)
+        self._new_run_dir = (run_dir if getattr(self, "_run_dir", None) is None and trainer.loggers
+                             and run_dir.resolve() != Path(trainer.default_root_dir).resolve() else None)
         for callback in trainer.checkpoint_callbacks:
             # The same folder on resume is what lets ModelCheckpoint restore its best score
             # and path (it ignores its saved state when the folder differs).
@@ -218,27 +243,33 @@ class NclCLI(LightningCLI):
         return trainer
 
 
+
 def added_callbacks(trainer_config: dict[str, Any], callbacks: Sequence[Callback],
                     terminal: bool | None = None, subcommand: str | None = None) -> list[Callback]:
     """Callbacks ``ncl`` adds to a trainer that the config does not already have.
 
     * :class:`~ncl.callbacks.tracking.WandbRunContent` when a logger is an enabled
       :class:`~ncl.loggers.NclWandbLogger` (run files, provenance, test table in W&B);
-    * Lightning's :class:`RichProgressBar` instead of the default tqdm bar when stdout is a
-      terminal, the progress bar is enabled (``enable_progress_bar`` not false: Lightning
-      refuses a progress-bar callback otherwise) and no progress bar is configured. When
-      stdout is not a terminal (a log file, a batch job) Rich draws nothing until a bar is
-      finished (for training: the end of fit), so a log would show no progress at all;
-      Lightning's tqdm bar is kept there;
-    * :class:`~ncl.callbacks.figures.Figures` for ``fit`` (PNG figures in ``<run>/figures``,
+    * a progress bar, when it is enabled (``enable_progress_bar`` not false: Lightning refuses
+      a progress-bar callback otherwise) and none is configured: on a terminal
+      :class:`~ncl.callbacks.progress_bars.NclRichProgressBar` (Lightning's Rich bar without
+      ``v_num``); otherwise (a log file, a batch job) :class:`~ncl.callbacks.progress_bars.LineProgressBar`,
+      plain lines every few steps. Lightning itself would pick its Rich bar whenever rich is
+      installed, which writes nothing to a log while an epoch runs;
+    * :class:`~ncl.callbacks.figures.Figures` (PNG figures in ``<run>/figures`` while fitting,
       also sent to W&B), unless the config lists one (e.g. to set its options or disable it).
+      Added for every subcommand: a checkpoint of ``fit`` holds its curves' state, which
+      Lightning restores into a callback of the same kind also in ``validate``/``test``/
+      ``predict`` and warns about when there is none; outside ``fit`` it draws nothing.
+    * :class:`~ncl.callbacks.console.ConsoleInEveryProcess`: ncl's console settings (warning filters,
+      one-line NclWarnings) also in the processes ``strategy: ddp_spawn`` starts.
 
     Args:
         trainer_config: the instantiated ``trainer`` section (``logger``, ``callbacks``,
             ``enable_progress_bar``).
         callbacks: the callbacks LightningCLI adds itself (e.g. ``SaveConfigCallback``).
         terminal: whether stdout is a terminal (default: ask ``sys.stdout``).
-        subcommand: ``fit``, ``validate``, ``test``, ... (figures are drawn while fitting).
+        subcommand: ``fit``, ``validate``, ``test``, ... (not used: kept for callers).
     """
     if terminal is None:
         terminal = sys.stdout.isatty()
@@ -248,82 +279,15 @@ def added_callbacks(trainer_config: dict[str, Any], callbacks: Sequence[Callback
     if (any(isinstance(lg, NclWandbLogger) and lg.enabled for lg in loggers)
             and not any(isinstance(cb, WandbRunContent) for cb in present)):
         added.append(WandbRunContent())
-    if (terminal and trainer_config.get("enable_progress_bar") is not False
+    if (trainer_config.get("enable_progress_bar") is not False
             and not any(isinstance(cb, ProgressBar) for cb in present)):
-        added.append(RichProgressBar())
-    if subcommand == "fit" and not any(isinstance(cb, Figures) for cb in present):
+        added.append(NclRichProgressBar() if terminal else LineProgressBar())
+    if not any(isinstance(cb, Figures) for cb in present):
         added.append(Figures())
+    if not any(isinstance(cb, ConsoleInEveryProcess) for cb in present):
+        added.append(ConsoleInEveryProcess())
     return added
 
-
-def _flat(node: Any, prefix: str = "model") -> dict[str, Any]:
-    """A config node as ``{"model.init_args.x": value}`` (Namespaces and dicts alike)."""
-    if node is None:
-        return {}
-    items = node.items() if isinstance(node, dict) else vars(node).items()
-    out: dict[str, Any] = {}
-    for key, value in items:
-        if isinstance(value, dict) or type(value).__name__ == "Namespace":
-            out.update(_flat(value, f"{prefix}.{key}"))
-        else:
-            out[f"{prefix}.{key}"] = value
-    return out
-
-
-def _extra_kwargs(cfg: Any) -> dict[str, Any]:
-    """The model's ``dict_kwargs``: options jsonargparse could not map to a parameter."""
-    model = cfg.get("model") if cfg is not None else None
-    extra = model.get("dict_kwargs") if model is not None and hasattr(model, "get") else None
-    return extra if isinstance(extra, dict) else {}
-
-
-def check_trained_weights(cfg: Any, subcommand: str) -> None:
-    """``ncl test``/``validate`` score trained weights: a ``--ckpt_path``, or a model that
-    names its checkpoints (``model.checkpoints``: the ``eval_*`` configs); otherwise one
-    ConfigError, unless ``--allow_untrained`` (the initial weights, to check the evaluation).
-    Without this a forgotten ``--ckpt_path`` wrote an untrained model's scores as a result."""
-    if cfg.get("ckpt_path") or cfg.get("allow_untrained"):
-        return
-    model = cfg.get("model")
-    init_args = model.get("init_args") if model is not None and hasattr(model, "get") else None
-    if init_args is not None and hasattr(init_args, "get") and init_args.get("checkpoints"):
-        return
-    raise ConfigError(f"ncl {subcommand}: no --ckpt_path, so this would score the model's untrained "
-                      f"initial weights; pass --ckpt_path best (this config's newest run), last or a "
-                      f"checkpoint file (or --allow_untrained true to check the evaluation itself)")
-
-
-def drop_removed_options(cfg: Any, own: set[str], ckpt_path: str) -> None:
-    """Drop, with one warning, the options a checkpoint stores that the method no longer has.
-
-    LightningCLI passes a checkpoint's stored hyperparameters as keyword arguments; one that an
-    older ncl had and this one removed (NCR's ``loss_figure``, issue 23) would end in a
-    traceback when the method is built. The method's behaviour never depended on them.
-    """
-    extra = _extra_kwargs(cfg)
-    removed = sorted(key for key in extra if key not in own)
-    for key in removed:
-        del extra[key]
-    if removed:
-        warnings.warn(f"{ckpt_path}: the checkpoint stores model options this version of ncl no "
-                      f"longer has, ignored: {', '.join(removed)}", NclWarning, stacklevel=2)
-
-
-def warn_replaced_model_options(before: dict[str, Any], after: dict[str, Any],
-                                ckpt_path: str) -> None:
-    """One warning naming every model option whose value the checkpoint replaced.
-
-    LightningCLI re-applies the hyperparameters stored in ``--ckpt_path`` over the config
-    and the command line (so a resumed run keeps the model it was started with); an option
-    the user set to another value is therefore silently ignored without this.
-    """
-    # An unset (None) value is not the user's choice: vocab_size, for one, is linked from
-    # the data only after parsing, and the checkpoint fills it in.
-    changed = [f"{key} {before[key]!r} -> {after[key]!r}" for key in sorted(before)
-               if before[key] is not None and key in after and before[key] != after[key]]
-    if changed:
-        warnings.warn(f"{ckpt_path}: the model options stored in the checkpoint replace the "
-                      f"config's: {'; '.join(changed)}", NclWarning, stacklevel=2)
 
 
 def label_wandb_run(cfg: Any) -> None:
@@ -339,140 +303,3 @@ def label_wandb_run(cfg: Any) -> None:
         if _get(args, "tags") is None:
             args.tags = tags
 
-
-# --------------------------------------------------------------------- helpers of main()
-UNAVAILABLE: dict[str, str] = {}  # reserved subcommands: name -> why it is refused
-# Output folders checked by the parser, for main()'s fallback on OSError (see _output_error).
-_OUTPUT_ROOTS: list[Path] = []
-# errno values meaning "this output location cannot be written", as opposed to a bug.
-_WRITE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
-                 errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
-
-
-def _subcommand_of(args: Sequence[str]) -> str | None:
-    """The subcommand named on a command line (the first word that is not an option)."""
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg in ("-c", "--config"):
-            skip = True  # the root parser's only option with a separate value
-        elif not arg.startswith("-"):
-            return arg
-    return None
-
-
-def _get(node: Any, key: str) -> Any:
-    """``node[key]`` for dicts and jsonargparse Namespaces (``None`` when absent)."""
-    if isinstance(node, dict):
-        return node.get(key)
-    return getattr(node, key, None) if node is not None else None
-
-
-def _as_list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def output_folders(sub_cfg: Any) -> list[tuple[str, str]]:
-    """``(option, folder)`` pairs a run writes under: the trainer's ``default_root_dir``,
-    each logger's ``save_dir`` and each callback's ``dirpath`` (local paths only)."""
-    trainer = _get(sub_cfg, "trainer")
-    found = [("trainer.default_root_dir", _get(trainer, "default_root_dir") or ".")]
-    for kind, key in (("logger", "save_dir"), ("callbacks", "dirpath")):
-        for item in _as_list(_get(trainer, kind)):
-            value = _get(_get(item, "init_args"), key)
-            if isinstance(value, (str, Path)) and value:
-                found.append((f"trainer.{kind}.init_args.{key}", str(value)))
-    return [(option, str(folder)) for option, folder in found if "://" not in str(folder)]
-
-
-def _unwritable(folder: Path) -> str | None:
-    """Why ``folder`` cannot be created and written, or ``None`` when it can.
-
-    Creates nothing that stays: the test is a temporary folder in the nearest existing
-    ancestor, removed at once (``os.access`` would be wrong for root and for file systems
-    such as ``/proc``).
-    """
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"{existing} is a file, not a folder"
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".ncl-write-test-", dir=existing))
-    except OSError as err:
-        return f"cannot create a folder in {existing} ({err.strerror or err})"
-    return None
-
-
-def check_output_folders(sub_cfg: Any) -> None:
-    """Raise :class:`ConfigError` naming the first output folder that cannot be written."""
-    for option, folder in output_folders(sub_cfg):
-        path = Path(folder).expanduser().absolute()
-        _OUTPUT_ROOTS.append(path)
-        reason = _unwritable(path)
-        if reason is not None:
-            raise ConfigError(f"output folder {option}={folder} cannot be created or written: "
-                              f"{reason}")
-
-
-def prediction_writer(sub_cfg: Any) -> RankedPairsWriter:
-    """``ncl predict``'s writer, from its options (``--out`` ...) in the ``predict`` config."""
-    return RankedPairsWriter(**{key: _get(sub_cfg, key) for key in RankedPairsWriter.OPTIONS})
-
-
-def check_prediction_options(sub_cfg: Any) -> None:
-    """Raise ConfigError when ``ncl predict``'s options are wrong or ``--out``'s folder cannot
-    be written; run by the parser, before anything is seeded, built or loaded."""
-    out = prediction_writer(sub_cfg).out  # the writer checks its own options
-    folder = out.parent.absolute()
-    reason = _unwritable(folder)
-    if reason is not None:
-        raise ConfigError(f"--out {out} cannot be written: {reason}")
-    _OUTPUT_ROOTS.append(folder)  # a write that fails later (disk full) is one line too
-
-
-def _output_error(err: BaseException) -> OSError | None:
-    """An OSError in ``err``'s chain about writing under a checked output folder."""
-    seen: BaseException | None = err
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.errno in _WRITE_ERRNOS and seen.filename:
-            target = Path(os.fsdecode(seen.filename)).absolute()
-            if any(target == root or root in target.parents for root in _OUTPUT_ROOTS):
-                return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def catalogue() -> str:
-    """The methods (``--model``) and DataModules (``--data``) ncl ships, for ``--help``.
-
-    Importing every module of :mod:`ncl.methods` also makes jsonargparse list them as known
-    subclasses and accept their short names (``--model RCL``).
-    """
-    import ncl.data.datamodule as datamodules
-    import ncl.methods as methods
-
-    for info in pkgutil.iter_modules(methods.__path__, prefix="ncl.methods."):
-        importlib.import_module(info.name)
-
-    def entries(classes: Any) -> list[str]:
-        lines = []
-        for cls in sorted(classes, key=lambda c: (c.__module__, c.__name__)):
-            doc = (inspect.getdoc(cls) or "").strip().splitlines()
-            lines.append(f"  {cls.__module__}.{cls.__name__}" + (f"\n      {doc[0]}" if doc else ""))
-        return lines
-
-    def subclasses(base: type) -> set[type]:
-        found: set[type] = set()
-        for sub in base.__subclasses__():
-            found |= {sub} | subclasses(sub)
-        return found
-
-    method_classes = [c for c in subclasses(RetrievalMethod)
-                      if c.__module__.startswith("ncl.methods.") and not c.__name__.startswith("_")]
-    data_classes = [c for c in vars(datamodules).values() if isinstance(c, type)
-                    and issubclass(c, L.LightningDataModule) and c.__module__ == datamodules.__name__]
-    return "\n".join(["methods (--model: class_path, or the class name alone):",
-                      *entries(method_classes), "", "DataModules (--data):", *entries(data_classes),
-                      "", "The configs in configs/ combine them; see README.md."])

@@ -8,6 +8,10 @@ path always holds either the previous complete checkpoint or the new complete on
 
 The ``ncl`` command installs it on every Trainer that does not bring its own CheckpointIO
 (see :class:`ncl.app.NclCLI`); Python users pass ``Trainer(plugins=[AtomicCheckpointIO()])``.
+
+Reading: :func:`check_backbone` and :func:`check_weights_fit` turn a checkpoint that does not
+fit the config's model (another ``embed_size``, an SAF checkpoint under an SGR config) into one
+error line naming the option or the weight and both values, before Lightning loads it.
 """
 
 from __future__ import annotations
@@ -18,8 +22,12 @@ from typing import Any
 import torch
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from torch.nn.parameter import is_lazy
 
+from ncl.errors import ConfigError
 from ncl.io import atomic_write
+from ncl.run_record import FREE, describe, differences, run_options
+from ncl.runs import read_checkpoint, run_dir_of
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -35,3 +43,63 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         atomic_write(Path(path), lambda handle: torch.save(checkpoint, handle))
+
+
+# ------------------------------------------------------- does a checkpoint fit the config?
+#: Backbone options that change neither the weights nor the scores of a trained model.
+EVAL_FREE = (*FREE, "model.init_args.backbone.init_args.dropout")
+BACKBONE = "model.init_args.backbone."
+
+
+def check_backbone(ckpt_path: Path, options: dict[str, Any]) -> None:
+    """``ncl validate|test|predict --ckpt_path``: one :class:`ConfigError` naming each backbone
+    option of the config (flattened ``options``) that differs from the run the checkpoint
+    comes from (its ``config.yaml``).
+
+    The method's own options stored in a checkpoint replace the config's (LightningCLI);
+    the backbone is not stored there, and evaluating weights under another backbone is either
+    a shape error or, worse (``no_imgnorm``, ``module_name``), other scores: so it is an error.
+    """
+    run_dir = run_dir_of(ckpt_path)
+    run = run_options(run_dir)
+    if run is None:
+        return  # a checkpoint outside its run folder: check_weights_fit compares the weights
+    diffs = [d for d in differences(run, options, (BACKBONE,)) if not d[0].startswith(EVAL_FREE)]
+    if diffs:
+        raise ConfigError(f"--ckpt_path {ckpt_path} was trained with other backbone options than "
+                          f"this config's: {describe(diffs).replace('(now)', '(this config)')}; "
+                          f"evaluate it with its run's backbone options ({run_dir / 'config.yaml'})")
+
+
+def _more(names: list[str]) -> str:
+    return names[0] + (f" (and {len(names) - 1} more)" if len(names) > 1 else "")
+
+
+def check_weights_fit(model: torch.nn.Module, ckpt_path: str | Path) -> None:
+    """One :class:`ConfigError` when a checkpoint's weights cannot be loaded into ``model``
+    (shapes or names differ), instead of PyTorch's list of every mismatching tensor.
+
+    Catches what the options cannot: a checkpoint copied out of its run folder, or a resume
+    with ``--override_run`` that changed the backbone's shapes.
+    """
+    stored = read_checkpoint(Path(ckpt_path))["state_dict"]
+    own = {k: v for k, v in model.state_dict().items() if not is_lazy(v)}
+    shapes = [(k, list(stored[k].shape), list(v.shape)) for k, v in own.items()
+              if k in stored and tuple(stored[k].shape) != tuple(v.shape)]
+    strict = getattr(model, "strict_loading", True)
+    missing = [k for k in own if k not in stored] if strict else []
+    unexpected = [k for k in stored if k not in own] if strict else []
+    parts = []
+    if shapes:
+        key, theirs, ours = shapes[0]
+        parts.append(f"{key} has shape {theirs} in the checkpoint and {ours} in this config's model"
+                     + (f" ({len(shapes)} weights differ in shape)" if len(shapes) > 1 else ""))
+    if missing:
+        parts.append(f"the checkpoint has no {_more(missing)}")
+    if unexpected:
+        parts.append(f"this config's model has no {_more(unexpected)}")
+    if parts:
+        raise ConfigError(f"--ckpt_path {ckpt_path} does not fit the model this config builds: "
+                          f"{'; '.join(parts)}; it was trained with other {BACKBONE}init_args "
+                          f"(embed_size, img_dim, word_dim, num_regions, module_name ...): pass "
+                          f"those of its run")

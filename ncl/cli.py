@@ -16,20 +16,19 @@ from collections.abc import Sequence
 
 import lightning as L
 
-from ncl.app import (  # noqa: F401 - re-exported: the names users and tests import from here
-    _OUTPUT_ROOTS,
-    UNAVAILABLE,
-    NclArgumentParser,
-    NclCLI,
-    _output_error,
-    _subcommand_of,
-    check_output_folders,
-    added_callbacks,
-    catalogue,
-)
+from ncl.app import NclCLI, added_callbacks  # noqa: F401 - re-exported: names users and tests import
 from ncl.console import configure_console
 from ncl.errors import NclUserError
 from ncl.methods.base import RetrievalMethod
+from ncl.parser import (  # noqa: F401 - re-exported as well
+    _OUTPUT_ROOTS,
+    UNAVAILABLE,
+    NclArgumentParser,
+    _output_error,
+    _subcommand_of,
+    catalogue,
+    check_output_folders,
+)
 
 
 def _root_cause(err: BaseException) -> BaseException:

@@ -41,13 +41,27 @@ def _read(path: Path) -> dict[str, Any]:
     try:
         content = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
-        raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
+        raise ConfigError(yaml_error_line(path, err)) from None
     if content is None:
         return {}
     if not isinstance(content, dict):
         raise ConfigError(f"config file {path} must hold a mapping of options, not a "
                           f"{type(content).__name__}")
     return content
+
+
+def yaml_error_line(path: Path, err: yaml.YAMLError) -> str:
+    """One line for a YAML syntax error: the file, the line and column, what is wrong.
+
+    PyYAML's own message spans 4-7 lines and names ``"<unicode string>"`` instead of the file.
+    """
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+    if context and start is not None and start is not mark:
+        problem += f" ({context} that starts at line {start.line + 1})"
+    return f"config file {path} is not valid YAML{where}: {' '.join(problem.split())}"
 
 
 def _fragments(path: Path, content: dict[str, Any]) -> list[Path]:

@@ -10,6 +10,13 @@ warning settings alone.
 
 :class:`ncl.errors.NclWarning` (e.g. empty captions) is printed as one line,
 ``ncl: warning: <message>``, instead of Python's two-line ``file:line: category`` format.
+
+Every process of a run needs these settings. ``ncl fit --trainer.devices N`` (Lightning's
+``ddp`` launcher) starts the other ranks by running the same ``ncl`` command, which calls
+:func:`configure_console` again; ``strategy: ddp_spawn`` starts fresh interpreters that receive
+the trainer by pickling and never run ``ncl.cli``: :class:`ncl.callbacks.console.ConsoleInEveryProcess`, a callback
+``ncl`` adds to every trainer, configures their console when it is unpickled there (before the
+DataModule or any hook runs).
 """
 
 from __future__ import annotations
@@ -40,6 +47,11 @@ WARNING_FILTERS: tuple[tuple[str, type[Warning], str], ...] = (
      Warning,
      "ncl scatters evaluation embeddings by dataset index, so the sampler's repeated "
      "samples cannot change a number (docs/design.md)"),
+    (r"torch\.distributed\.nn\.functional\.all_gather is deprecated", FutureWarning,
+     "raised inside Lightning's public LightningModule.all_gather (torch 2.13 deprecated the "
+     "function Lightning calls), once per rank; ncl's own collectives "
+     "(ncl.training.distributed) use torch.distributed.all_gather, and a method or callback "
+     "that calls Lightning's all_gather cannot choose another implementation"),
 )
 
 # Lightning INFO log lines (logger "lightning.*"), same format: (regex, why).
@@ -90,3 +102,4 @@ def configure_console() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropMatching) for f in logger.filters):
             logger.addFilter(_DropMatching())
+

@@ -93,7 +93,7 @@ SCORING_SEED = 0  # seed of the scoring pass's shuffle (the co-divide's stream, 
 # ------------------------------------------------------------------ options
 def check_out(out: Path) -> None:
     """Raise ConfigError when ``--out`` names no table ncl can write (the folder's
-    writability is checked by the application, :func:`ncl.app.check_prediction_options`)."""
+    writability is checked by the application, :func:`ncl.parser.check_prediction_options`)."""
     if out.suffix not in (".csv", ".parquet"):
         raise ConfigError(f"--out {out}: the name must end with .csv or .parquet")
     if out.suffix == ".parquet":

@@ -17,8 +17,12 @@ none (Lightning's default)                  ``<default_root_dir>/lightning_logs/
 --ckpt_path best`` tests the best checkpoint of the newest run. A checkpoint path, given or
 found, names its run folder (the parent of ``checkpoints/``); the loggers and checkpoint
 callbacks are pointed back at that folder, so a resumed run appends to its metrics, keeps
-its best-checkpoint tracking and continues the same W&B run. The functions here are pure
-path logic; :mod:`ncl.cli` applies them to the parsed config.
+its best-checkpoint tracking and continues the same W&B run; nothing in the folder is written
+before the resume is validated, and its start record (``config.yaml``, noise files) never
+(:mod:`ncl.run_record`). ``--ckpt_path best`` of a run none
+of whose epochs could be selected (``val/rsum_selected`` -1 throughout: warm-up) is an error,
+not its last checkpoint. The functions here are pure path logic; :mod:`ncl.cli` applies them
+to the parsed config.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import torch
 from jsonargparse import Namespace
 
 from ncl.errors import ConfigError
+from ncl.evaluation.selection import SELECTED_KEY, UNSELECTED_RSUM
 
 CHECKPOINTS = "checkpoints"
 LAST = "last.ckpt"
@@ -92,22 +97,45 @@ def newest_checkpoint(trainer_cfg: Any, name: str = LAST) -> Path | None:
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
+def _monitored_states(ckpt: dict[str, Any]) -> list[dict[str, Any]]:
+    """The states of a checkpoint's ModelCheckpoint callbacks that monitor a metric (the
+    ``last`` callback monitors none, and names last.ckpt as its "best")."""
+    return [value for key, value in (ckpt.get("callbacks") or {}).items()
+            if key.startswith("ModelCheckpoint") and isinstance(value, dict) and value.get("monitor")]
+
+
+def _check_selectable(path: Path) -> Path:
+    """``path``, unless its monitored score is the one of an epoch that may not be selected
+    (``val/rsum_selected`` -1: warm-up or ``model.selection``): then no epoch of the run was
+    selectable yet, and its "best" is not a best."""
+    for state in _monitored_states(read_checkpoint(path)):
+        score = state.get("best_model_score")
+        if state["monitor"] == SELECTED_KEY and score is not None and float(score) <= UNSELECTED_RSUM:
+            raise ConfigError(f"--ckpt_path best: no epoch of the run in {run_dir_of(path)} could "
+                              f"be selected yet ({state['monitor']} was {UNSELECTED_RSUM:g} in every "
+                              f"validation: warm-up epochs or model.selection), so it has no best "
+                              f"checkpoint; train it longer, or test --ckpt_path last on purpose")
+    return path
+
+
 def best_checkpoint(run_dir: Path) -> Path:
     """The best checkpoint of a run: its single ``best*.ckpt``, or the one its last
-    checkpoint names as best when there are several."""
+    checkpoint names as best when there are several. A :class:`ConfigError` when there is
+    none, or when no epoch could be selected (never a silent fall back to ``last.ckpt``)."""
     folder = run_dir / CHECKPOINTS
     found = sorted(folder.glob("best*.ckpt"))
     if len(found) == 1:
-        return found[0]
+        return _check_selectable(found[0])
     last = folder / LAST
     if last.is_file():
-        state = read_checkpoint(last).get("callbacks", {})
-        for key, value in state.items():
-            best = value.get("best_model_path") if key.startswith("ModelCheckpoint") else None
+        for state in _monitored_states(read_checkpoint(last)):
+            best = state.get("best_model_path")
             if best and Path(best).is_file():
-                return Path(best)
+                return _check_selectable(Path(best))
     if not found:
-        raise ConfigError(f"--ckpt_path best: no best*.ckpt in {folder}")
+        raise ConfigError(f"--ckpt_path best: no best*.ckpt in {folder}, and its last.ckpt names "
+                          f"no best checkpoint (no ModelCheckpoint with a monitor saved one); test "
+                          f"--ckpt_path last on purpose")
     raise ConfigError(f"--ckpt_path best: {len(found)} best checkpoints in {folder} and no "
                       f"last.ckpt that says which is best; pass one of them as --ckpt_path")
 

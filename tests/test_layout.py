@@ -11,7 +11,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "ncl"
 #: Where Lightning may be imported (docs/design.md, "Layout").
 LIGHTNING_ALLOWED = ("ncl.methods", "ncl.callbacks", "ncl.data.datamodule", "ncl.app", "ncl.cli",
-                     "ncl.loggers", "ncl.checkpoint_io")
+                     "ncl.parser", "ncl.run_record", "ncl.loggers", "ncl.checkpoint_io")
 
 
 def modules() -> dict[str, Path]:

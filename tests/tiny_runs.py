@@ -13,6 +13,8 @@ import lightning as L
 import torch
 import yaml
 
+from ncl.training.distributed import all_gather_cat
+
 #: A small SAF that trains on the ``tiny`` synthetic preset (6 regions x 16 dims).
 TINY_SAF = {"module_name": "SAF", "img_dim": 16, "num_regions": 6, "word_dim": 8,
             "embed_size": 16, "sim_dim": 8}
@@ -169,7 +171,7 @@ class RankSyncCheck(L.Callback):
     @staticmethod
     def check(trainer: L.Trainer, pl_module: L.LightningModule, tensors: dict[str, torch.Tensor]) -> None:
         for name, local in tensors.items():
-            gathered = pl_module.all_gather(local.double()).reshape(trainer.world_size, -1)
+            gathered = all_gather_cat(local.double().unsqueeze(0)).reshape(trainer.world_size, -1)
             if not all(torch.equal(gathered[0], row) for row in gathered):
                 raise AssertionError(f"the ranks' {name} diverged at epoch {trainer.current_epoch}")
 

@@ -23,7 +23,10 @@ file                               drawn from
 The per-epoch files are pruned to the newest ``keep_last`` of each kind; the two curves are
 rewritten in place. Everything happens on rank 0 only (the method's state is identical on
 every rank); the curves' history is part of the callback's checkpoint state, so a resumed run
-continues them. The plotting itself is :mod:`ncl.plots` (pure functions).
+continues them. ``ncl`` adds the callback to ``validate``/``test``/``predict`` as well, so
+that Lightning finds a callback for that state when it loads a fit checkpoint there (it
+warns otherwise); outside ``fit`` it draws nothing. The plotting itself is :mod:`ncl.plots`
+(pure functions).
 
 Hooks: the epoch's first training batch (``on_train_batch_start`` with ``batch_idx == 0``: every
 epoch-start hook, the division made for the epoch included, has run by then, whatever the order
@@ -130,8 +133,10 @@ class Figures(L.Callback):
     # ------------------------------------------------------------------ Lightning hooks
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # trainer.log_dir is a broadcast from rank 0 under DDP: every rank must ask, so it is
-        # asked here (all ranks), never in the rank-0-only drawing code.
-        if self.enabled:
+        # asked here (all ranks), never in the rank-0-only drawing code. Outside fit (ncl adds
+        # the callback to validate/test/predict too, so that a fit checkpoint's state has its
+        # callback) nothing is drawn.
+        if self.enabled and stage == "fit":
             self._folder = run_folder(trainer) / FIGURES
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
@@ -188,7 +193,7 @@ class Figures(L.Callback):
 
     # ------------------------------------------------------------------ helpers
     def _active(self, trainer: L.Trainer) -> bool:
-        return self.enabled and trainer.is_global_zero
+        return self.enabled and trainer.is_global_zero and trainer.state.fn == "fit"
 
     def _due(self, trainer: L.Trainer, epoch: int) -> bool:
         last = trainer.max_epochs is not None and epoch == trainer.max_epochs - 1

@@ -145,9 +145,32 @@ def retrieval_data(trainer: Any, needed_by: str = "this method") -> RetrievalDat
                       f"{got}{lacks}")
 
 
+def loaded_splits(datamodule: Any) -> list[Any]:
+    """The splits a DataModule has loaded (training, validation, test, prediction), each once:
+    those with ``features`` of shape ``(N, R, D)``."""
+    found: list[Any] = []
+    for attr in ("train_split", "val_data", "test_data", "predict_data"):
+        split = getattr(datamodule, attr, None)
+        shape = getattr(getattr(split, "features", None), "shape", None)
+        if shape is not None and len(shape) == 3 and not any(split is seen for seen in found):
+            found.append(split)
+    return found
+
+
+def _split_shapes(splits: Sequence[Any]) -> str:
+    """``"train (60, 10, 16), dev (30, 6, 16)"`` for a message."""
+    return ", ".join(f"{getattr(s, 'name', '?')} {tuple(int(n) for n in s.features.shape)}"
+                     for s in splits)
+
+
 def check_features_fit(datamodule: Any, nets: dict[str, Any]) -> None:
-    """Raise one ConfigError when the data's region count or feature size does not fit a
+    """Raise one ConfigError when a split's region count or feature size does not fit a
     network's ``num_regions``/``img_dim`` (read when the backbone has them).
+
+    Every split the DataModule has loaded is checked (training and validation in ``fit``):
+    a training file of another shape than the validation file used to pass this check and
+    end in a traceback at the first step. A DataModule without loaded splits is checked
+    through its ``feature_shape()``.
 
     Args:
         datamodule: the trainer's DataModule; anything but a :class:`RetrievalData` is skipped.
@@ -155,11 +178,29 @@ def check_features_fit(datamodule: Any, nets: dict[str, Any]) -> None:
     """
     if not isinstance(datamodule, RetrievalData):  # no ncl DataModule: nothing to check against
         return
-    regions, dim = datamodule.feature_shape()
-    for name, net in nets.items():
-        want = (getattr(net, "num_regions", regions), getattr(net, "img_dim", dim))
-        if want != (regions, dim):
+    splits = loaded_splits(datamodule)
+    if not splits:
+        regions, dim = datamodule.feature_shape()
+        for name, net in nets.items():
+            want = (getattr(net, "num_regions", regions), getattr(net, "img_dim", dim))
+            if want != (regions, dim):
+                raise ConfigError(
+                    f"the features in {datamodule.data_dir} have {regions} regions x {dim} dims, "
+                    f"but the backbone ({name}) is configured for {want[0]} x {want[1]}; set "
+                    f"model.backbone.init_args.num_regions={regions} and img_dim={dim}")
+        return
+    for split in splits:
+        _, regions, dim = (int(n) for n in split.features.shape)
+        for name, net in nets.items():
+            want = (getattr(net, "num_regions", regions), getattr(net, "img_dim", dim))
+            if want == (regions, dim):
+                continue
+            path = getattr(split, "feature_path", None) or datamodule.data_dir
+            others = [s for s in splits if s is not split]
+            also = f"; the loaded splits: {_split_shapes(splits)}" if others else ""
             raise ConfigError(
-                f"the features in {datamodule.data_dir} have {regions} regions x {dim} dims, but "
-                f"the backbone ({name}) is configured for {want[0]} x {want[1]}; set "
-                f"model.backbone.init_args.num_regions={regions} and img_dim={dim}")
+                f"the {getattr(split, 'name', '?')} features {path} have shape "
+                f"{tuple(int(n) for n in split.features.shape)} ({regions} regions x {dim} "
+                f"dims), but the backbone ({name}) expects {want[0]} regions x {want[1]} dims "
+                f"(model.backbone.init_args.num_regions, img_dim){also}; every split must "
+                f"match the backbone")

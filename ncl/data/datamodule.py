@@ -22,8 +22,9 @@ from ncl.data.precomp import NanCheck, PrecompSplit, load_split
 from ncl.data.samplers import EpochShuffleSampler, global_seed, loader_generator
 from ncl.data.vocab import Vocabulary, load_vocabulary
 from ncl.errors import ConfigError, DataError, NclWarning
-from ncl.io import atomic_save_npy, atomic_write_text
+from ncl.input_checks import batch_size_note
 from ncl.predict import SPLITS as PREDICT_SPLITS, ScoringBatchSampler
+from ncl.run_record import save_noise_record
 
 Protocol = Literal["1k", "5fold1k", "5k"]
 # A method-supplied training loader: the (noisy) training pairs -> an iterable of batches.
@@ -197,6 +198,7 @@ class PrecompDataModule(L.LightningDataModule):
             self._load_noisy_train()
             self._save_noise()
             self._check_mask_token()
+            self._warn_one_batch()
         if stage in ("fit", "validate") and self.val_data is None:
             self.val_data = self._load(self.val_split, self.dev_max_images)
         if stage == "test" and self.test_data is None:
@@ -226,6 +228,28 @@ class PrecompDataModule(L.LightningDataModule):
                 warnings.warn(mismatch, NclWarning, stacklevel=2)
         world_size = int(getattr(trainer, "world_size", 1) or 1)
         note = per_device_batch_note(world_size, self.batch_size, self.per_device_batch)
+        if note:
+            warnings.warn(note, NclWarning, stacklevel=2)
+
+    def nan_check_coverage(self) -> tuple[int, int] | None:
+        """``(checked, total)`` training images looked at for NaN/Inf when the split was read
+        (``None`` before ``setup("fit")``): a NaN loss points at the data first when
+        ``checked < total`` (:func:`ncl.evaluation.nonfinite.diverged_message`)."""
+        if self.train_split is None:
+            return None
+        total = self.train_split.n_images
+        checked = {"full": total, "off": 0}.get(self.nan_check, min(self.nan_check_samples, total))
+        return max(0, checked), total
+
+    def _warn_one_batch(self) -> None:
+        """Rank 0: warn when one batch holds the whole training set (a batch size meant for
+        another dataset, or a tiny experiment): :func:`ncl.input_checks.batch_size_note`."""
+        trainer = getattr(self, "trainer", None)
+        if self.train_split is None or (trainer is not None and not trainer.is_global_zero):
+            return
+        world_size = int(getattr(trainer, "world_size", 1) or 1)
+        note = batch_size_note(self.batch_size, self.train_split.n_captions,
+                               self.train_split.caption_path, world_size)
         if note:
             warnings.warn(note, NclWarning, stacklevel=2)
 
@@ -261,12 +285,12 @@ class PrecompDataModule(L.LightningDataModule):
         return Path(trainer.log_dir or trainer.default_root_dir)
 
     def _save_noise(self) -> None:
-        """Write the noise indices and their SHA-256 into the run directory (rank 0)."""
+        """Write the noise indices and their SHA-256 into the run directory (rank 0), never
+        over the noise record a run started with (:func:`ncl.run_record.save_noise_record`)."""
         out, trainer = self.run_dir(), getattr(self, "trainer", None)
         if out is None or self.noise is None or not trainer.is_global_zero:
             return
-        atomic_save_npy(out / "noise_index.npy", self.noise.array)
-        atomic_write_text(out / "noise.json", json.dumps(self.noise.summary(), indent=2))
+        save_noise_record(out, self.noise.array, self.noise.summary())
 
     # ----------------------------------------------------------------- loaders
     def _loader(self, dataset: torch.utils.data.Dataset, batch_size: int, shuffle: bool,

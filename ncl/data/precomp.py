@@ -27,6 +27,7 @@ from ncl.data.token_cache import cached_encode
 from ncl.data.tokenize import tokenize
 from ncl.data.vocab import Vocabulary
 from ncl.errors import ConfigError, DataError, NclWarning
+from ncl.input_checks import dtype_note
 
 SPLITS = ("train", "dev", "test", "testall")
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
@@ -40,7 +41,8 @@ def features_path(data_dir: Path, split: str) -> Path:
 
 
 def open_features(path: Path, nan_check_samples: int = 64) -> np.ndarray:
-    """Memory-map ``(N, R, D)`` features and validate rank, dtype and a sample of values.
+    """Memory-map ``(N, R, D)`` features and validate rank, dtype and a sample of values; a
+    float16 or float64 file is accepted with one warning (:func:`ncl.input_checks.dtype_note`).
 
     NaN/Inf are looked for in ``nan_check_samples`` images spread evenly over the file
     (first and last included), not in all of it: a full scan would read 33 GB for COCO
@@ -60,6 +62,9 @@ def open_features(path: Path, nan_check_samples: int = 64) -> np.ndarray:
                         f"expected); found dtype {feats.dtype}")
     if feats.shape[0] == 0:
         raise DataError(f"feature file {path} holds no images")
+    note = dtype_note(path, feats)  # float16/float64: accepted, but worth a line
+    if note:
+        warnings.warn(note, NclWarning, stacklevel=2)
     if nan_check_samples > 0:
         rows = np.unique(np.linspace(0, feats.shape[0] - 1, min(nan_check_samples, feats.shape[0])).astype(np.int64))
         sample = np.asarray(feats[rows])

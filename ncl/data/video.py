@@ -215,6 +215,13 @@ class VideoDataModule(PrecompDataModule):
     def _load(self, split: str, max_images: int | None = None) -> PrecompSplit:
         return load_video_split(self.data_dir, split, self.vocab, max_images, self.nan_check)
 
+    def nan_check_coverage(self) -> tuple[int, int] | None:
+        """Video splits are small: any ``nan_check`` but ``off`` checks every clip."""
+        if self.train_split is None:
+            return None
+        total = self.train_split.n_images
+        return (0 if self.nan_check == "off" else total), total
+
 
 class VideoSyntheticDataModule(VideoDataModule):
     """:class:`VideoDataModule` over generated video-like data (:mod:`ncl.data.video_synthetic`).

@@ -14,7 +14,7 @@ from typing import Any
 
 from ncl.evaluation.metric import Evaluation, logged_test_metrics, logged_val_metrics, summary_line
 from ncl.evaluation.protocol import Protocol
-from ncl.evaluation.report import format_table, write_results
+from ncl.evaluation.report import format_table, media_of, write_results
 from ncl.evaluation.selection import SELECTED_KEY, selected_rsum
 
 Evaluate = Callable[[Sequence[Protocol]], Evaluation]
@@ -45,5 +45,5 @@ def finish_test(module: Any, evaluate: Evaluate) -> None:
         module.log(key, value)
     out = Path(trainer.log_dir or trainer.default_root_dir)  # every rank asks (DDP)
     if trainer.is_global_zero:
-        print("\n" + format_table(results))
+        print("\n" + format_table(results, media=media_of(dm)))
         write_results(results, out)

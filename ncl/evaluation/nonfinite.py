@@ -137,18 +137,45 @@ def check_finite_loss(loss: Tensor, trainer: Any, owner: str, global_step: int, 
     if trainer is not None and trainer.world_size > 1:
         bad = trainer.strategy.reduce_boolean_decision(local_bad, all=False)
     if bad:
-        raise TrainingError(diverged_message(owner, loss, global_step, epoch, local_bad))
+        raise TrainingError(diverged_message(owner, loss, global_step, epoch, local_bad,
+                                             unchecked_training_features(trainer)))
 
 
-def diverged_message(owner: str, loss: Tensor, global_step: int, epoch: int, local_bad: bool) -> str:
+def unchecked_training_features(trainer: Any) -> str | None:
+    """``"<train_ims.npy> (2 of 60 images checked)"`` when not every training image was checked
+    for NaN/Inf before training (``data.nan_check`` ``sample`` or ``off``), else ``None``
+    (also for a DataModule that does not say: no ``nan_check_coverage``)."""
+    datamodule = getattr(trainer, "datamodule", None)
+    coverage = getattr(datamodule, "nan_check_coverage", None)
+    counts = coverage() if callable(coverage) else None
+    if counts is None or counts[0] >= counts[1]:
+        return None
+    split = getattr(datamodule, "train_split", None)
+    path = getattr(split, "feature_path", None) or getattr(datamodule, "data_dir", "the training data")
+    return f"{path} ({counts[0]} of {counts[1]} images checked)"
+
+
+def diverged_message(owner: str, loss: Tensor, global_step: int, epoch: int, local_bad: bool,
+                     unchecked: str | None = None) -> str:
     """The one-line message of a NaN/Inf training loss (``local_bad``: this rank's own loss
-    is non-finite; otherwise another rank's was)."""
+    is non-finite; otherwise another rank's was).
+
+    ``unchecked`` names the training features when only a sample of them was checked for
+    NaN/Inf (:func:`unchecked_training_features`): a NaN image outside the sample is then the
+    likelier cause, so the message points at the full data check before the learning rate.
+    """
     what = ("NaN" if bool(torch.isnan(loss.detach()).any()) else "Inf") if local_bad else \
         "NaN or Inf on another rank"
-    return (f"training diverged: the loss of {owner} is {what} at global step {global_step} "
-            f"(epoch {epoch}); stopped before the backward pass, so no checkpoint holds this "
-            f"step. Check the learning rate (model.init_args.optimizer) and the features: "
-            f"--data.nan_check full scans every feature file for NaN/Inf")
+    loss_at = f"the loss of {owner} is {what} at global step {global_step} (epoch {epoch})"
+    no_checkpoint = "stopped before the backward pass, so no checkpoint holds this step"
+    if unchecked is not None:
+        return (f"{loss_at}, and the training features were only partly checked for NaN/Inf: "
+                f"{unchecked}. Check the data first: run again with --data.nan_check full, which "
+                f"scans every image and names those with NaN/Inf; if it finds none, training "
+                f"diverged: check the learning rate (model.init_args.optimizer); {no_checkpoint}")
+    return (f"training diverged: {loss_at}; {no_checkpoint}. Check the learning rate "
+            f"(model.init_args.optimizer) and the features: --data.nan_check full scans every "
+            f"feature file for NaN/Inf")
 
 
 def _first(indices: Any, limit: int = 5) -> str:

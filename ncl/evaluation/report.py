@@ -7,67 +7,92 @@ import io
 import json
 import os
 from pathlib import Path
+from typing import Any, Literal
 
 from ncl.evaluation.protocol import Results
 from ncl.io import new_temporary
 from ncl.metrics.retrieval import RETRIEVAL_KEYS
 
-_DIRECTIONS: tuple[tuple[str, str], ...] = (("i2t", "Image -> Text"), ("t2i", "Text -> Image"))
+Media = Literal["image", "video"]
+"""What the "image" side of the pairs is: the metric keys (``i2t_*``, ``t2i_*``) stay the same."""
+_DIRECTIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "image": (("i2t", "Image -> Text"), ("t2i", "Text -> Image")),
+    "video": (("i2t", "Video -> Text"), ("t2i", "Text -> Video")),
+}
+#: Headers of median and mean rank: image-text code (VSE++, SCAN) prints ``medr``/``meanr``,
+#: video-text papers' tables (and LNC's appendix) ``MdR``/``MnR``.
+_RANK_HEADERS: dict[str, tuple[str, str]] = {"image": ("medr", "meanr"), "video": ("MdR", "MnR")}
 _GAP = "  "
 DECIMALS = 4
 """Decimal places of the numbers in the JSON and CSV result files."""
 
 
-def _direction_columns(show_ranks: bool) -> list[tuple[str, str]]:
+def media_of(datamodule: Any) -> Media:
+    """``"video"`` for a :class:`~ncl.data.video.VideoDataModule`, ``"image"`` otherwise."""
+    from ncl.data.video import VideoDataModule  # the data package is not needed to format a table
+
+    return "video" if isinstance(datamodule, VideoDataModule) else "image"
+
+
+def _direction_columns(show_ranks: bool, media: Media = "image") -> list[tuple[str, str]]:
     """(metric key suffix, header) of the columns under one direction."""
     cols = [("r1", "R@1"), ("r5", "R@5"), ("r10", "R@10")]
     if show_ranks:
-        cols += [("medr", "medr"), ("meanr", "meanr")]
+        median, mean = _RANK_HEADERS[media]
+        cols += [("medr", median), ("meanr", mean)]
     return cols
 
 
-def _table_rows(results: Results, show_ranks: bool) -> tuple[list[str], list[list[str]]]:
+def _table_rows(results: Results, show_ranks: bool,
+                media: Media) -> tuple[list[str], list[list[str]]]:
     """Header cells and body cells (one row per system and protocol), numbers to 1 decimal."""
+    columns = _direction_columns(show_ranks, media)
     header = ["System", "Protocol"]
-    for _ in _DIRECTIONS:
-        header += [h for _, h in _direction_columns(show_ranks)]
+    for _ in _DIRECTIONS[media]:
+        header += [h for _, h in columns]
     header.append("rSum")
     body = []
     for system, by_protocol in results.items():
         for protocol, metrics in by_protocol.items():
             row = [system, protocol]
-            for prefix, _ in _DIRECTIONS:
-                keys = [f"{prefix}_{k}" for k, _ in _direction_columns(show_ranks)]
-                row += [f"{metrics[key]:.1f}" for key in keys]
+            for prefix, _ in _DIRECTIONS[media]:
+                row += [f"{metrics[f'{prefix}_{k}']:.1f}" for k, _ in columns]
             row.append(f"{metrics['rsum']:.1f}")
             body.append(row)
     return header, body
 
 
-def format_table(results: Results, show_ranks: bool = False) -> str:
+def format_table(results: Results, show_ranks: bool = False, media: Media = "image") -> str:
     """Render results like the papers' Table 1: one row per (system, protocol).
 
     Columns: System, Protocol, Image->Text R@1 R@5 R@10, Text->Image R@1 R@5 R@10, rSum, all
-    with one decimal; ``show_ranks`` adds medr and meanr to each direction.
+    with one decimal; ``show_ranks`` adds medr and meanr to each direction. Video tables
+    (``media="video"``) are headed Video -> Text and Text -> Video and always show the median
+    and mean rank, as ``MdR`` and ``MnR``: video-text papers report them next to the recalls.
 
     Args:
         results: ``results[system][protocol][metric]`` as from ``evaluate_systems``.
-        show_ranks: Also print median and mean rank.
+        show_ranks: Also print median and mean rank (always on for video).
+        media: ``"image"`` or ``"video"`` (:func:`media_of` a DataModule).
 
     Returns:
         The table as text, lines joined by ``\\n``, without a trailing newline.
 
     Raises:
-        ValueError: If ``results`` is empty or a metric the table needs is missing.
+        ValueError: If ``results`` is empty, ``media`` unknown or a metric the table needs
+            is missing.
     """
     if not results or not any(results.values()):
         raise ValueError("results must contain at least one system with one protocol")
+    if media not in _DIRECTIONS:
+        raise ValueError(f"media must be one of {sorted(_DIRECTIONS)}, got {media!r}")
+    show_ranks = show_ranks or media == "video"
     try:
-        header, body = _table_rows(results, show_ranks)
+        header, body = _table_rows(results, show_ranks, media)
     except KeyError as err:
         raise ValueError(f"results lack the metric {err.args[0]!r} needed by the table") from err
     widths = [max(len(row[j]) for row in [header, *body]) for j in range(len(header))]
-    n_dir = len(_direction_columns(show_ranks))
+    n_dir = len(_direction_columns(show_ranks, media))
 
     def line(cells: list[str]) -> str:
         names = [cells[j].ljust(widths[j]) for j in range(2)]
@@ -76,7 +101,7 @@ def format_table(results: Results, show_ranks: bool = False) -> str:
 
     # Group labels centred over the columns of each direction.
     groups = [" " * (sum(widths[:2]) + len(_GAP))]
-    for d, (_, label) in enumerate(_DIRECTIONS):
+    for d, (_, label) in enumerate(_DIRECTIONS[media]):
         span = widths[2 + d * n_dir : 2 + (d + 1) * n_dir]
         groups.append(label.center(sum(span) + len(_GAP) * (len(span) - 1)))
     title = _GAP.join(groups).rstrip()

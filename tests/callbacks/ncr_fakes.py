@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ncl.division.co_divide import mean_hinge
+from ncl.training.distributed import all_gather_cat
 from ncl.training.passes import PassSpec
 from ncl.training.plans import DIVISION_STREAM
 
@@ -145,7 +146,7 @@ class SyncCheck(L.Callback):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         flat = torch.cat([p.detach().reshape(-1) for p in pl_module.nets.parameters()])
-        gathered = pl_module.all_gather(flat).reshape(trainer.world_size, -1)  # (W, P)
+        gathered = all_gather_cat(flat.unsqueeze(0)).reshape(trainer.world_size, -1)  # (W, P)
         if not all(torch.equal(gathered[0], row) for row in gathered):
             raise AssertionError("the ranks' weights diverged")
         if trainer.is_global_zero:

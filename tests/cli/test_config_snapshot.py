@@ -47,9 +47,11 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
     ("allow_untrained", ABSENT, False):
         "a new top-level option of every subcommand (used by ncl test/validate); the run is the same",
     # issue 29 (run record): entries below this line
+    ("override_run", ABSENT, False):
+        "a new top-level option of every subcommand (ncl fit --ckpt_path: resume although model "
+        "or data options differ from the run's, recorded in resumes.jsonl); the run is the same",
 
     # issue 29 (ReCon): entries below this line
-
 }
 
 

@@ -218,22 +218,30 @@ def test_source_commit_of_a_folder_outside_a_checkout(tmp_path: Path) -> None:
 
 
 def test_added_callbacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+    from lightning.pytorch.callbacks import TQDMProgressBar
+
+    from ncl.callbacks.console import ConsoleInEveryProcess
+    from ncl.callbacks.progress_bars import LineProgressBar, NclRichProgressBar
 
     monkeypatch.delenv("WANDB_MODE", raising=False)  # it would override the modes below
 
     off = NclWandbLogger(save_dir=str(tmp_path), mode="disabled")
     offline = NclWandbLogger(save_dir=str(tmp_path), mode="offline")
     kinds = lambda found: [type(cb) for cb in found]  # noqa: E731
+    always = [Figures, ConsoleInEveryProcess]  # every subcommand: see added_callbacks
     assert kinds(added_callbacks({"logger": offline}, [], terminal=True)) == [WandbRunContent,
-                                                                           RichProgressBar]
-    assert kinds(added_callbacks({"logger": [off]}, [], terminal=True)) == [RichProgressBar]
-    # no terminal, a progress bar configured, or the bar switched off: no Rich bar
-    assert kinds(added_callbacks({"logger": offline}, [], terminal=False)) == [WandbRunContent]
-    assert added_callbacks({"callbacks": [TQDMProgressBar()]}, [], terminal=True) == []
-    assert added_callbacks({"enable_progress_bar": False}, [], terminal=True) == []
-    # fit draws figures unless the config brings its own Figures callback
-    assert kinds(added_callbacks({}, [], terminal=False, subcommand="fit")) == [Figures]
-    assert added_callbacks({"callbacks": [Figures(enabled=False)]}, [], terminal=False, subcommand="fit") == []
-    assert added_callbacks({"logger": offline}, [WandbRunContent()], terminal=False) == []
+                                                                           NclRichProgressBar, *always]
+    assert kinds(added_callbacks({"logger": [off]}, [], terminal=True)) == [NclRichProgressBar, *always]
+    # no terminal: plain progress lines; a progress bar configured, or the bar switched off: none
+    assert kinds(added_callbacks({"logger": offline}, [], terminal=False)) == [WandbRunContent,
+                                                                            LineProgressBar, *always]
+    assert kinds(added_callbacks({"callbacks": [TQDMProgressBar()]}, [], terminal=True)) == always
+    assert kinds(added_callbacks({"enable_progress_bar": False}, [], terminal=True)) == always
+    # figures unless the config brings its own Figures callback
+    assert kinds(added_callbacks({"enable_progress_bar": False}, [], terminal=False,
+                                 subcommand="test")) == always
+    assert kinds(added_callbacks({"callbacks": [Figures(enabled=False)]}, [], terminal=False,
+                                 subcommand="fit")) == [LineProgressBar, ConsoleInEveryProcess]
+    assert kinds(added_callbacks({"logger": offline, "enable_progress_bar": False},
+                                 [WandbRunContent()], terminal=False)) == always
     assert off.save_run_files(tmp_path, ["x"]) == [] and off._experiment is None
