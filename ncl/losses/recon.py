@@ -133,8 +133,13 @@ def cross_correspondence(regions: Tensor, words: Tensor, region_mask: Tensor,
     """The most corresponding item of the other modality, for every item (Sect. 3.2).
 
     ``C_VL = cos(v_i, l_k)``; region ``i`` maps to ``i* = argmax_k C_VL[i, :]`` over the real
-    words and word ``k`` to ``argmax_i C_VL[:, k]`` over the real regions. Any monotone score of
-    the region-word pair (SCAN's attention weights, for instance) gives the same arg-max.
+    words and word ``k`` to ``argmax_i C_VL[:, k]`` over the real regions. Paper-derived, no
+    reference code: the paper writes ``C_VL = g(V, L)`` without saying which item-level score
+    ``g`` is; the cosine is the score the relations themselves use. It is *not* the arg-max of
+    SGRAF's attention weights: that attention (SCAN's) passes the cosines through a LeakyReLU,
+    L2-normalises each context item's scores across the queries and only then takes the
+    softmax over the context, so every item is rescaled by its own norm and the attention's
+    arg-max can differ from the cosine's.
 
     Args:
         regions: (B, R, E) region embeddings.
@@ -172,11 +177,17 @@ def proxy_relations(other: Tensor, match: Tensor) -> Tensor:
 
 
 def matrix_kl(relations: Tensor, proxy: Tensor, mask: Tensor, temperature: float = 1.0,
-              kl: RelationKL = "symmetric", rows: RowReduction = "mean") -> Tensor:
+              kl: RelationKL = "symmetric", rows: RowReduction = "sum") -> Tensor:
     """Matrix KL divergence between a relation matrix and its proxy (m-KL, Eq. 1 and 4).
 
     Paper-derived, no reference code: the row softmax, its temperature and the reduction over
-    rows are not in the paper (``temperature=1`` adds none; see ``docs/methods/recon.md``).
+    rows are not in the paper (``temperature=1`` adds none). The default ``rows="sum"`` is the
+    m-KL of IAIS, which the paper cites for it: ``sum_i KL(P_i || Q_i) + KL(Q_i || P_i)`` over
+    the rows. It is also the reading under which the paper's threshold ``e - 1`` (Eq. 7-8,
+    ``omega2 = 0.5``) is reached in practice: for softmax rows ``P_i``, ``Q_i`` of cosines
+    ``a``, ``b`` the symmetric KL is ``sum_j (p_j - q_j)(a_j - b_j) <= 2 ||p - q||_1 <= 4``,
+    and measured rows of trained embeddings give about 0.1, so a *mean* over rows stays far
+    below ``e - 1`` and ``D_l`` is empty (``docs/methods/recon.md``, "The scale of L_IM").
 
     Each row of a relation matrix becomes a distribution over the real items,
     ``softmax_j(C[i, j] / temperature)`` (IAIS compares attention rows, which are softmaxes;
@@ -214,8 +225,9 @@ def matrix_kl(relations: Tensor, proxy: Tensor, mask: Tensor, temperature: float
 def intra_modal_relation_loss(regions: Tensor, words: Tensor, lengths: Tensor, *,
                               region_lengths: Tensor | None = None,
                               region_features: Tensor | None = None,
-                              word_features: Tensor | None = None, temperature: float = 1.0,
-                              kl: RelationKL = "symmetric", rows: RowReduction = "mean",
+                              word_features: Tensor | None = None,
+                              region_mask: Tensor | None = None, temperature: float = 1.0,
+                              kl: RelationKL = "symmetric", rows: RowReduction = "sum",
                               detach_proxy: bool = False) -> IntraModalTerms:
     """Intra-modal relation consistency ``L_IM`` of every pair (Eq. 3-4).
 
@@ -223,8 +235,9 @@ def intra_modal_relation_loss(regions: Tensor, words: Tensor, lengths: Tensor, *
     each modality; the arg-max cross-modal correspondence (:func:`cross_correspondence`) gives
     the proxies ``C_VV^p = Psi(C_LL, l_i*, l_j*)`` and ``C_LL^p = Psi(C_VV, v_a*, v_b*)``
     (:func:`proxy_relations`); ``L_IM = D(C_VV || C_VV^p) + D(C_LL || C_LL^p)`` with ``D`` the
-    matrix KL of :func:`matrix_kl`. Pad words (and pad regions with ``region_lengths``) are
-    masked out of the arg-max, the softmaxes and the row reduction.
+    matrix KL of :func:`matrix_kl`. Pad words (and pad regions with ``region_lengths``, and
+    regions outside ``region_mask``) are masked out of the arg-max, the softmaxes and the row
+    reduction.
 
     Args:
         regions: (B, R, E) region embeddings (cross-modal correspondence).
@@ -233,6 +246,9 @@ def intra_modal_relation_loss(regions: Tensor, words: Tensor, lengths: Tensor, *
         region_lengths: (B,) real regions per image, or ``None`` (all R).
         region_features: (B, R, D_v) features of the region relations, default ``regions``.
         word_features: (B, L, D_w) features of the word relations, default ``words``.
+        region_mask: (B, R) bool, regions to keep (e.g. not overwritten by the training
+            augmentation, :func:`~ncl.losses.recon_forward.unfilled_regions`), or ``None``;
+            combined with ``region_lengths``; every row must keep at least one region.
         temperature, kl, rows: see :func:`matrix_kl`.
         detach_proxy: no gradient through the proxies (they become targets).
 
@@ -247,7 +263,15 @@ def intra_modal_relation_loss(regions: Tensor, words: Tensor, lengths: Tensor, *
     if lengths.shape != (batch,) or int(lengths.min()) < 1 or int(lengths.max()) > n_words:
         raise ValueError(f"`lengths` must be ({batch},) with values in [1, {n_words}]")
     word_mask = item_mask(lengths, batch, n_words, words.device)  # (B, L)
-    region_mask = item_mask(region_lengths, batch, n_regions, regions.device)  # (B, R)
+    kept = item_mask(region_lengths, batch, n_regions, regions.device)  # (B, R)
+    if region_mask is not None:
+        if region_mask.shape != (batch, n_regions):
+            raise ValueError(f"`region_mask` must be ({batch}, {n_regions}), got "
+                             f"{tuple(region_mask.shape)}")
+        kept = kept & region_mask.to(kept.device)
+    if not bool(kept.any(dim=1).all()):
+        raise ValueError("every image needs at least one region left by `region_mask`")
+    region_mask = kept
     to_word, to_region = cross_correspondence(regions, words, region_mask, word_mask)
     c_vv = cosine_relations(regions if region_features is None else region_features)  # (B, R, R)
     c_ll = cosine_relations(words if word_features is None else word_features)  # (B, L, L)

@@ -13,6 +13,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from ncl.data.augment import REGION_FILL_VALUE
 from ncl.errors import ConfigError
 from ncl.models.contracts import encode_images
 from ncl.losses.recon import (
@@ -21,6 +22,7 @@ from ncl.losses.recon import (
     RowReduction,
     cross_modal_relation_loss,
     intra_modal_relation_loss,
+    item_mask,
 )
 
 Score = Literal["logits", "sigmoid"]
@@ -38,6 +40,10 @@ class RelationOptions:
             fine-grained ``embeddings`` (region and word embeddings in the joint space) or
             the ``inputs`` (region features and word vectors before the encoders). The
             cross-modal correspondence always uses the embeddings (a common space).
+        mask_filled_regions: leave the regions that the training augmentation overwrote with
+            its constant (``1e-10``, spec 1.7) out of the relations. Without it every filled
+            region of an image encodes to the same embedding, so they form a block of mutual
+            cosine 1 in ``C_VV`` that the un-augmented division pass never sees.
         temperature, kl, rows, detach_proxy: see
             :func:`~ncl.losses.recon.intra_modal_relation_loss`.
     """
@@ -46,8 +52,9 @@ class RelationOptions:
     features: RelationFeatures = "embeddings"
     temperature: float = 1.0
     kl: RelationKL = "symmetric"
-    rows: RowReduction = "mean"
+    rows: RowReduction = "sum"
     detach_proxy: bool = False
+    mask_filled_regions: bool = True
 
 
 def check_backbone(net: nn.Module, options: RelationOptions) -> None:
@@ -59,6 +66,20 @@ def check_backbone(net: nn.Module, options: RelationOptions) -> None:
     if options.features == "inputs" and not isinstance(embed, nn.Embedding):
         raise ConfigError(f"model.relation_features=inputs reads the word vectors of "
                           f"txt_enc.embed, which {type(net).__name__} lacks: use embeddings")
+
+
+def unfilled_regions(images: Tensor, image_lengths: Tensor | None = None,
+                     fill: float = REGION_FILL_VALUE) -> Tensor:
+    """(B, R) bool: True at the real regions the training augmentation left as they were.
+
+    A region counts as filled when every feature equals ``fill`` (the published augmentation
+    overwrites the whole row with one constant; real region features never are constant).
+    An image whose real regions were all filled keeps all of them, so that every row of the
+    relations stays defined.
+    """
+    real = item_mask(image_lengths, images.shape[0], images.shape[1], images.device)
+    kept = real & ~(images == fill).all(dim=-1)  # (B, R)
+    return torch.where(kept.any(dim=1, keepdim=True), kept, real)
 
 
 def relation_forward(net: nn.Module, batch: dict[str, Tensor], options: RelationOptions,
@@ -77,9 +98,12 @@ def relation_forward(net: nn.Module, batch: dict[str, Tensor], options: Relation
     if options.features == "inputs":
         region_features = batch["images"]  # (B, R, D)
         word_features = net.txt_enc.embed(batch["tokens"])  # (B, L, word_dim)
+    region_mask = None
+    if options.mask_filled_regions:
+        region_mask = unfilled_regions(batch["images"], batch.get("image_lengths"))
     terms = intra_modal_relation_loss(
         img.float(), cap.float(), batch["lengths"], region_lengths=batch.get("image_lengths"),
-        region_features=region_features, word_features=word_features,
+        region_features=region_features, word_features=word_features, region_mask=region_mask,
         temperature=options.temperature, kl=options.kl, rows=options.rows,
         detach_proxy=options.detach_proxy)
     return sims, terms

@@ -14,8 +14,9 @@ Reported systems (spec 4.2.9, 4.3.5, 4.4.5, 4.6.7, 5.4), in this order:
 * with several checkpoints, the ensemble ``<ensemble_name>``: the equal-weight mean of the
   models (so "SGRAF" = mean of SGR and SAF; an NCR checkpoint counts once, not twice).
 
-What is averaged is ``combine`` (see :mod:`ncl.evaluation.combine`): sigmoid scores, or
-DECL's evidence. The official code does not need to be installed.
+What is averaged is ``combine`` (see :mod:`ncl.evaluation.combine`): sigmoid scores,
+DECL's evidence, or the raw logits (an open choice for ReCon, whose networks are trained on raw
+SGRAF logits; docs/methods/recon.md). The official code does not need to be installed.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
 from ncl.errors import ConfigError, NclWarning
-from ncl.evaluation.combine import Combine, evidence, hierarchical_mean, resolve_combine
+from ncl.evaluation.combine import evidence, hierarchical_mean, resolve_combine
 from ncl.evaluation.metric import Embeddings, RetrievalEvaluation
 from ncl.evaluation.nonfinite import (
     EvalSite,
@@ -50,6 +52,11 @@ from ncl.models.checkpoint import (
 )
 from ncl.models.contracts import forward_batch, forward_logits
 from ncl.training.distributed import rank_sharded_similarity
+
+#: ``combine`` values: :data:`~ncl.evaluation.combine.Combine` plus ``"logits"``, the mean of
+#: the raw scores before the sigmoid (ReCon trains on them; its paper does not say which of
+#: the two its "SGRAF" averages, and the published eval.py calls code that was never released).
+EnsembleCombine = Literal["auto", "score", "evidence", "logits"]
 
 
 @dataclass
@@ -73,10 +80,13 @@ class Pretrained(RetrievalMethod):
         combine: what the ensembles average. ``"score"``: the sigmoid scores (NCR, RCL,
             CRCL). ``"evidence"``: DECL's ``exp(tanh(z)/tau)`` of the raw score ``z``
             (computed from ``z`` in float64; the backbone needs ``similarity_logits``).
-            ``"auto"`` (default): evidence when every checkpoint is a DECL checkpoint (an
-            official file whose ``opt`` has ``lambda1``, ``lambda2`` and ``mu``, which only
-            DECL defines; or an ncl checkpoint of a method class named ``DECL``), score
-            otherwise. Single networks rank identically under both rules (both are monotone
+            ``"logits"``: the raw scores ``z`` themselves (float64 means; ReCon trains its
+            networks on ``z``, and whether its "SGRAF" averages ``z`` or ``sigmoid(z)`` is not
+            published; the backbone needs ``similarity_logits``). ``"auto"`` (default):
+            evidence when every checkpoint is a DECL checkpoint (an official file whose
+            ``opt`` has ``lambda1``, ``lambda2`` and ``mu``, which only DECL defines; or an
+            ncl checkpoint of a method class named ``DECL``), score otherwise (ReCon's
+            included). Single networks rank identically under every rule (all are monotone
             in ``z``); only the averages differ.
         evidence_tau: the evidence temperature; ``None`` takes each DECL checkpoint's own
             ``opt.tau`` and 0.1 (DECL's value, spec 4.6.1) for the others.
@@ -88,7 +98,7 @@ class Pretrained(RetrievalMethod):
     """
 
     def __init__(self, vocab_size: int, backbones: list[BackboneFactory], checkpoints: list[str],
-                 combine: Combine = "auto", evidence_tau: float | None = None,
+                 combine: EnsembleCombine = "auto", evidence_tau: float | None = None,
                  names: list[str] | None = None, ensemble_name: str | None = None,
                  eval_shard_size: int = 1000) -> None:
         _check_options(backbones, checkpoints, evidence_tau, names)
@@ -104,8 +114,8 @@ class Pretrained(RetrievalMethod):
         self.taus = tuple(evidence_tau or m.tau for m in loaded for _ in m.nets)
         self.ensemble_name = ensemble_name or "+".join(self.model_names)
         self.evaluation = RetrievalEvaluation(len(self.nets))
-        if self.rule == "evidence":
-            _check_logits(self.nets, self.network_names)
+        if self.rule in ("evidence", "logits"):
+            _check_logits(self.nets, self.network_names, self.rule)
         _check_unique(self.system_names())
 
     def system_names(self) -> list[str]:
@@ -122,8 +132,8 @@ class Pretrained(RetrievalMethod):
     def similarities(self, emb: Embeddings, site: EvalSite) -> dict[str, Tensor]:
         """Every network's matrix, each multi-network model's mean and the ensemble.
 
-        Matrices are (N_img, N_cap): float32 sigmoid scores, or float64 evidence; means are
-        float64 (see :func:`ncl.evaluation.combine.hierarchical_mean`).
+        Matrices are (N_img, N_cap): float32 sigmoid scores or raw logits, or float64 evidence;
+        means are float64 (see :func:`ncl.evaluation.combine.hierarchical_mean`).
         """
         matrices = []
         for k, (name, net) in enumerate(zip(self.network_names, self.nets)):
@@ -153,7 +163,7 @@ class Pretrained(RetrievalMethod):
         logits = rank_sharded_similarity(net.similarity_logits, img, cap, lengths, shard,
                                          device=self.device, description=f"similarity logits ({name})")
         check_finite_similarities(site, name, logits)
-        return evidence(logits, self.taus[k])
+        return logits if self.rule == "logits" else evidence(logits, self.taus[k])
 
     # ------------------------------------------------------------------ prediction
     #: Set by ``ncl predict --ranking uncertainty`` (the writer's ``setup``, only under
@@ -329,11 +339,12 @@ def _check_unique(rows: Sequence[str]) -> None:
                           "model.names (one per checkpoint) and model.ensemble_name")
 
 
-def _check_logits(nets: Sequence[nn.Module], names: Sequence[str]) -> None:
-    """Evidence needs the raw score before the sigmoid, which only some backbones expose."""
+def _check_logits(nets: Sequence[nn.Module], names: Sequence[str], rule: str) -> None:
+    """Evidence and logit means need the raw score before the sigmoid, which only some
+    backbones expose."""
     for name, net in zip(names, nets):
         if not callable(getattr(net, "similarity_logits", None)):
-            raise ConfigError(f"model.combine evidence: network {name} ({type(net).__name__}) "
+            raise ConfigError(f"model.combine {rule}: network {name} ({type(net).__name__}) "
                               "has no similarity_logits (raw scores before the sigmoid); use "
                               "model.combine score")
 

@@ -75,6 +75,9 @@ class ReCon(RetrievalMethod):
         xi: balance factor ``xi`` (5) of Eq. 13-14.
         omega1: threshold of the GMM clean probability ``y^CM`` (0.5, Eq. 6-8).
         omega2: threshold of the intra-modal discrepancy ``y^IM`` (0.5, Eq. 8).
+        true_positive: the true-positives identification (Eq. 7-8) on (true). False is the
+            paper's ablation without it (Table 4, "Tru."): every rough-clean pair goes to
+            ``D_c`` and ``D_l`` stays empty (``omega2`` is then not read).
         alpha: scale of the penalisation factor (0.1, Eq. 9).
         beta: pseudo-label momentum (0.6, Eq. 10).
         score: the similarity ``g``: raw SGRAF ``logits`` (the published ReCon module) or
@@ -82,9 +85,14 @@ class ReCon(RetrievalMethod):
         relation_features: [PD] what ``C_VV``, ``C_LL`` are computed from: the fine-grained
             ``embeddings`` or the encoders' ``inputs``
             (:class:`~ncl.losses.recon_forward.RelationOptions`).
-        relation_temperature: [PD] temperature of the relation softmaxes (1.0).
+        relation_temperature: [PD] temperature of the relation softmaxes (1.0: none, the
+            paper names none).
         relation_kl: [PD] ``symmetric`` or ``forward`` KL between relation matrices.
-        relation_rows: [PD] reduce the KL over rows by ``mean`` or ``sum``.
+        relation_rows: [PD] reduce the KL over rows by ``sum`` (IAIS's m-KL, under which
+            ``L_IM`` reaches the paper's ``e - 1``; the default) or ``mean`` (ncl's reading
+            before issue 29, under which ``D_l`` stays empty).
+        mask_filled_regions: [PD] leave regions overwritten by the training augmentation out
+            of the relations (true; :func:`~ncl.losses.recon_forward.unfilled_regions`).
         detach_proxy: [PD] no gradient through the proxy relations (false).
         pseudo_label_init: [PD] pseudo-labels before the first update (``prediction``).
         pseudo_label_scope: [PD] pairs Eq. 10 moves: ``noisy`` (as printed) or ``all``.
@@ -102,11 +110,13 @@ class ReCon(RetrievalMethod):
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *, warmup_epochs: int = 5,
                  margin: float = 0.2, warmup_negatives: Negatives = "sum", tau: float = 0.1,
-                 xi: float = 5.0, omega1: float = 0.5, omega2: float = 0.5, alpha: float = 0.1,
+                 xi: float = 5.0, omega1: float = 0.5, omega2: float = 0.5,
+                 true_positive: bool = True, alpha: float = 0.1,
                  beta: float = 0.6, score: Score = "logits",
                  relation_features: RelationFeatures = "embeddings",
                  relation_temperature: float = 1.0, relation_kl: RelationKL = "symmetric",
-                 relation_rows: RowReduction = "mean", detach_proxy: bool = False,
+                 relation_rows: RowReduction = "sum", detach_proxy: bool = False,
+                 mask_filled_regions: bool = True,
                  pseudo_label_init: PseudoLabelInit = "prediction",
                  pseudo_label_scope: PseudoLabelScope = "noisy",
                  xi_on_noisy: bool = False, penalty_source: PenaltySource = "division",
@@ -117,9 +127,12 @@ class ReCon(RetrievalMethod):
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
         _check_ranges(self.hparams)
         self.relation = RelationOptions(score, relation_features, relation_temperature,
-                                        relation_kl, relation_rows, detach_proxy)
-        self.division_config = ThreeWayConfig(omega1, omega2, alpha, beta, pseudo_label_init,
-                                              pseudo_label_scope)
+                                        relation_kl, relation_rows, detach_proxy,
+                                        mask_filled_regions)
+        # Without "Tru.": y^IM lies in [0, 1), so a threshold of 1 sends every rough-clean pair
+        # to D_c, exactly the ablation (L_IM is still trained on D_c, as the paper says).
+        self.division_config = ThreeWayConfig(omega1, omega2 if true_positive else 1.0, alpha,
+                                              beta, pseudo_label_init, pseudo_label_scope)
         check_backbone(self.net, self.relation)
         # Training state (checkpointed, identical on every rank):
         self.division: ThreeWayDivision | None = None

@@ -52,6 +52,14 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
         "or data options differ from the run's, recorded in resumes.jsonl); the run is the same",
 
     # issue 29 (ReCon): entries below this line
+    ("model.init_args.relation_rows", "mean", "sum"):
+        "ReCon's m-KL is IAIS's, summed over rows: under the mean the paper's threshold e - 1 is "
+        "never reached and D_l stays empty (docs/methods/recon.md, 'The scale of L_IM')",
+    ("model.init_args.true_positive", ABSENT, True):
+        "ReCon's explicit switch for the paper's ablation without 'Tru.'; true changes nothing",
+    ("model.init_args.mask_filled_regions", ABSENT, True):
+        "ReCon's relations leave out the regions the training augmentation filled with 1e-10",
+
 }
 
 

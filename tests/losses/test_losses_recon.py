@@ -89,10 +89,12 @@ def test_intra_modal_loss_by_hand() -> None:
     # C_VV^p = C_LL and C_LL^p = C_VV, so both terms are the m-KL between the same two matrices.
     rows = [(_softmax([1.0, 0.0]), _softmax([1.0, 0.6])),
             (_softmax([0.0, 1.0]), _softmax([0.6, 1.0]))]
-    m_kl = sum(_kl(p, q) + _kl(q, p) for p, q in rows) / 2
+    m_kl = sum(_kl(p, q) + _kl(q, p) for p, q in rows)  # IAIS's m-KL: summed over rows
     assert terms.visual.item() == pytest.approx(m_kl, rel=1e-5)
     assert terms.textual.item() == pytest.approx(m_kl, rel=1e-5)
     assert terms.loss.item() == pytest.approx(2 * m_kl, rel=1e-5)
+    mean = intra_modal_relation_loss(regions, words, lengths, temperature=1.0, rows="mean")
+    assert mean.loss.item() == pytest.approx(m_kl, rel=1e-5)  # 2 terms x (m_kl / 2 rows)
 
 
 def test_intra_modal_loss_is_zero_for_identical_structure() -> None:
