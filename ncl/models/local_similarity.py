@@ -19,16 +19,20 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from ncl.models.layers import NORM_EPS
 
 
-def _attended_difference(attn: Tensor, img_emb: Tensor,
-                         words: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``d = l2norm(attn @ v) - t`` and the pieces its backward needs.
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The autocast dtype active for ``device_type`` (``"cpu"``, ``"cuda"``), else ``None``.
 
-    Returns:
-        ``context`` ``(B, CL, E)`` before the l2norm, its norm ``(B, CL, 1)``, and ``d``.
+    ``torch.is_autocast_enabled(device_type)`` exists from torch 2.4; 2.3 has per-device
+    functions, so ``pyproject.toml``'s ``torch>=2.3`` keeps working.
     """
-    context = torch.bmm(attn, img_emb)  # (B_img, C L, E)
-    norm = torch.linalg.vector_norm(context, dim=-1, keepdim=True)
-    return context, norm, (context / (norm + NORM_EPS)).sub_(words)
+    try:
+        if torch.is_autocast_enabled(device_type):
+            return torch.get_autocast_dtype(device_type)
+        return None
+    except (TypeError, AttributeError):  # torch 2.3
+        if device_type == "cpu":
+            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
 
 
 class LocalSimilarity(torch.autograd.Function):
@@ -36,22 +40,30 @@ class LocalSimilarity(torch.autograd.Function):
 
     Shapes: ``attn (B, CL, R)``, ``img_emb (B, R, E)``, ``words (CL, E)``,
     ``weight (S, E)``, ``bias (S,)``; output ``(B, CL, S)``.
+
+    Mixed precision: ``dtype`` is the autocast dtype of the caller (or the inputs' own). The
+    two matrix products of each pass run in it; the norm, the difference and its square stay
+    in the inputs' dtype (float32), as autocast would keep them. Casts are explicit, not
+    ``torch.amp.custom_fwd``/``custom_bwd``: those bind one device type, and under CPU
+    autocast a CUDA-bound backward mixed bfloat16 and float32 (a traceback in ``bf16-mixed``).
+    With ``dtype`` equal to the inputs' dtype every cast is a no-op, so float32 values are
+    the same to the bit as before.
     """
 
     @staticmethod
-    @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx: FunctionCtx, attn: Tensor, img_emb: Tensor, words: Tensor,
-                weight: Tensor, bias: Tensor) -> Tensor:
+                weight: Tensor, bias: Tensor, dtype: torch.dtype) -> Tensor:
         """Compute in place on one buffer; save only the inputs."""
-        context = torch.bmm(attn, img_emb)
+        work = img_emb.dtype
+        context = torch.bmm(attn.to(dtype), img_emb.to(dtype)).to(work)
         denom = torch.linalg.vector_norm(context, dim=-1, keepdim=True).add_(NORM_EPS)
-        squared = context.div_(denom).sub_(words).pow_(2)  # (B, CL, E), one buffer
+        squared = context.div_(denom).sub_(words.to(work)).pow_(2)  # (B, CL, E), one buffer
         ctx.save_for_backward(attn, img_emb, words, weight)
-        return F.linear(squared, weight, bias)
+        ctx.dtype = dtype
+        return F.linear(squared.to(dtype), weight.to(dtype), bias.to(dtype))
 
     @staticmethod
     @once_differentiable
-    @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx: FunctionCtx, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         """Recompute ``d`` and differentiate by hand.
 
@@ -59,13 +71,17 @@ class LocalSimilarity(torch.autograd.Function):
         ``dL/dx = g / (n + eps) - x (g . x) / (n (n + eps)^2)`` (zero where ``x = 0``).
         """
         attn, img_emb, words, weight = ctx.saved_tensors
-        context, norm, diff = _attended_difference(attn, img_emb, words)
+        low, work = ctx.dtype, img_emb.dtype
+        context = torch.bmm(attn.to(low), img_emb.to(low)).to(work)
+        norm = torch.linalg.vector_norm(context, dim=-1, keepdim=True)
+        diff = (context / (norm + NORM_EPS)).sub_(words.to(work))
         denom = norm + NORM_EPS
+        grad_out = grad_out.to(low)
         # The factor 2 of d(d^2) goes on the small (B, CL, S) side: exact (a power of two)
         # and one pass less over the (B, CL, E) buffer.
-        grad_diff = (grad_out * 2.0 @ weight).mul_(diff)  # (B, CL, E)
+        grad_diff = (grad_out * 2.0 @ weight.to(low)).to(work).mul_(diff)  # (B, CL, E)
         flat_out = grad_out.reshape(-1, grad_out.shape[-1])  # (B CL, S)
-        grad_weight = flat_out.t() @ diff.pow_(2).reshape(-1, diff.shape[-1])
+        grad_weight = flat_out.t() @ diff.pow_(2).reshape(-1, diff.shape[-1]).to(low)
         del diff  # the largest buffers are freed as soon as they are used
         grad_bias = flat_out.sum(dim=0)
         grad_words = -grad_diff.sum(dim=0)
@@ -73,11 +89,14 @@ class LocalSimilarity(torch.autograd.Function):
         # x = 0 exactly where n = 0, so the second term is 0 there; avoid 0/0.
         scale = torch.where(norm > 0, dot / (norm.clamp_min(1e-30) * denom.pow(2)),
                             torch.zeros_like(dot))
-        grad_context = grad_diff.div_(denom).addcmul_(context, scale, value=-1.0)
+        grad_context = grad_diff.div_(denom).addcmul_(context, scale, value=-1.0).to(low)
         needs = ctx.needs_input_grad
-        grad_attn = torch.bmm(grad_context, img_emb.transpose(1, 2)) if needs[0] else None
-        grad_img = torch.bmm(attn.transpose(1, 2), grad_context) if needs[1] else None
-        return grad_attn, grad_img, grad_words, grad_weight, grad_bias
+        grad_attn = (torch.bmm(grad_context, img_emb.to(low).transpose(1, 2)).to(attn.dtype)
+                     if needs[0] else None)
+        grad_img = (torch.bmm(attn.to(low).transpose(1, 2), grad_context).to(work)
+                    if needs[1] else None)
+        return (grad_attn, grad_img, grad_words.to(words.dtype), grad_weight.to(weight.dtype),
+                grad_bias.to(weight.dtype), None)
 
 
 def local_similarity(attn: Tensor, img_emb: Tensor, words: Tensor, weight: Tensor,
@@ -94,4 +113,7 @@ def local_similarity(attn: Tensor, img_emb: Tensor, words: Tensor, weight: Tenso
     Returns:
         ``(B_img, C L, S)``, before the final l2norm.
     """
-    return LocalSimilarity.apply(attn, img_emb, words, weight, bias)
+    device = img_emb.device.type
+    dtype = autocast_dtype(device) or img_emb.dtype
+    with torch.autocast(device_type=device, enabled=False):  # the Function casts explicitly
+        return LocalSimilarity.apply(attn, img_emb, words, weight, bias, dtype)
