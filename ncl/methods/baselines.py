@@ -78,9 +78,16 @@ class _Baseline(RetrievalMethod):
         raise NotImplementedError
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor | None:
-        batch = self.select(batch)
-        if batch is None:
-            return None
+        selected = self.select(batch)
+        if selected is None:
+            if self.trainer.world_size == 1:
+                return None  # one process: skip the step, as before
+            # Under DDP every rank must run the same backward (its gradient all-reduce); Lightning
+            # refuses a skipped step there (RuntimeError). A zero loss through the whole
+            # batch gives zero gradients for every parameter; the average over ranks then counts
+            # this rank's share as zero.
+            return forward_batch(self.net, batch).sum() * 0.0
+        batch = selected
         sims = forward_batch(self.net, batch)  # (B, B)
         loss = self.loss(sims)
         self.log_train({"loss": loss}, batch_size=sims.shape[0])
