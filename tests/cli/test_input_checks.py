@@ -5,10 +5,6 @@ a DataModule's options."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,35 +13,7 @@ import pytest
 import ncl.cli as cli
 from ncl.data.datamodule import SyntheticDataModule
 
-from helpers import TINY_BACKBONE_ARGS
-
-QUICKSTART = str(Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml")
-
-
-# The helpers of tests/cli/test_reliability.py (a test module is not importable from another).
-def run_ncl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """The console script with the user's default warning settings (no PYTHONWARNINGS)."""
-    exe = shutil.which("ncl") or str(Path(sys.executable).parent / "ncl")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    env["WANDB_MODE"] = "disabled"
-    return subprocess.run([exe, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-
-
-def tiny(cache: Path, *extra: str) -> list[str]:
-    return ["--config", QUICKSTART, *TINY_BACKBONE_ARGS, "--data.preset=tiny", "--data.n_train=null",
-            f"--data.cache_dir={cache}", "--trainer.enable_progress_bar=false", *extra]
-
-
-def error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("ncl: error:")]
-
-
-def main_exit(capsys: pytest.CaptureFixture, *args: str) -> str:
-    """Run ``ncl.cli.main``; assert exit status 2 and return stderr."""
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(list(args))
-    assert exit_info.value.code == 2
-    return capsys.readouterr().err
+from cli_helpers import QUICKSTART, error_lines, main_exit, run_ncl, tiny
 
 
 def private_cache(root: Path) -> tuple[Path, Path]:

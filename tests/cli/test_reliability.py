@@ -8,11 +8,8 @@ import errno
 import importlib
 import inspect
 import json
-import os
 import pkgutil
-import shutil
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -28,27 +25,9 @@ from ncl.data.datamodule import SyntheticDataModule
 from ncl.errors import NclWarning
 from ncl.methods.base import RetrievalMethod
 
-from helpers import TINY_BACKBONE_ARGS
+from cli_helpers import QUICKSTART, error_lines, main_exit, run_ncl, tiny
 
 REPO = Path(__file__).resolve().parents[2]
-QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
-
-
-def run_ncl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """The console script with the user's default warning settings (no PYTHONWARNINGS)."""
-    exe = shutil.which("ncl") or str(Path(sys.executable).parent / "ncl")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    env["WANDB_MODE"] = "disabled"
-    return subprocess.run([exe, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-
-
-def tiny(cache: Path, *extra: str) -> list[str]:
-    return ["--config", QUICKSTART, *TINY_BACKBONE_ARGS, "--data.preset=tiny", "--data.n_train=null",
-            f"--data.cache_dir={cache}", "--trainer.enable_progress_bar=false", *extra]
-
-
-def error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("ncl: error:")]
 
 
 def poisoned_cache(root: Path, split: str, images: list[int]) -> Path:
@@ -62,14 +41,6 @@ def poisoned_cache(root: Path, split: str, images: list[int]) -> Path:
         feats[i, 1, 2] = np.nan if i % 2 else np.inf
     np.save(path, feats)
     return cache
-
-
-def main_exit(capsys: pytest.CaptureFixture, *args: str) -> str:
-    """Run ``ncl.cli.main``; assert exit status 2 and return stderr."""
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(list(args))
-    assert exit_info.value.code == 2
-    return capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- 1. non-finite training loss

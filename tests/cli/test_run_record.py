@@ -16,34 +16,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TINY_BACKBONE_ARGS
+from cli_helpers import error_lines, main_exit, tiny
 from tiny_runs import METHODS, method_config
 
 from ncl import cli
 
 main = cli.main
 TESTS = Path(__file__).resolve().parents[1]
-QUICKSTART = str(TESTS.parent / "configs" / "quickstart.yaml")
 FAST = ["--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1"]
 EMBED = "--model.backbone.init_args.embed_size"
-
-
-def tiny(cache: Path, *extra: str) -> list[str]:
-    """The quickstart on the tiny preset (as tests/cli/test_reliability.py's ``tiny``)."""
-    return ["--config", QUICKSTART, *TINY_BACKBONE_ARGS, "--data.preset=tiny", "--data.n_train=null",
-            f"--data.cache_dir={cache}", "--trainer.enable_progress_bar=false", *extra]
-
-
-def error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("ncl: error:")]
-
-
-def main_exit(capsys: pytest.CaptureFixture, *args: str) -> str:
-    """Run ``ncl.cli.main``; assert exit status 2 and return stderr."""
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(args))
-    assert exit_info.value.code == 2
-    return capsys.readouterr().err
 
 
 def fingerprint(folder: Path) -> dict[str, str]:
