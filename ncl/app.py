@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 import yaml
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import (
@@ -47,6 +48,8 @@ from ncl.checkpoint_options import (
     warn_replaced_model_options,
 )
 from ncl.compose import TRAINER_DEFAULTS, expand_configs
+from ncl.errors import NclWarning
+from ncl.input_checks import precision_note
 from ncl.loggers import NclWandbLogger, run_labels
 from ncl.parser import NclArgumentParser, _as_list, _get, prediction_writer  # noqa: F401
 from ncl.run_record import (
@@ -228,6 +231,7 @@ class NclCLI(LightningCLI):
         if getattr(self, "_writer", None) is not None:
             callbacks.append(self._writer)
         trainer = super()._instantiate_trainer(config, callbacks)
+        warn_slow_precision(trainer)
         run_dir = getattr(self, "_run_dir", None) or Path(trainer.log_dir or trainer.default_root_dir)
         for callback in trainer.callbacks:
             if isinstance(callback, RunConfigSaver):
@@ -242,6 +246,15 @@ class NclCLI(LightningCLI):
                 callback.dirpath = str(run_dir.resolve() / CHECKPOINTS)
         return trainer
 
+
+
+def warn_slow_precision(trainer: L.Trainer) -> None:
+    """Rank 0: :func:`ncl.input_checks.precision_note` for the trainer's precision and device."""
+    native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    note = precision_note(getattr(trainer.precision_plugin, "precision", None),
+                          trainer.strategy.root_device.type, native)
+    if note and trainer.is_global_zero:
+        warnings.warn(note, NclWarning, stacklevel=2)
 
 
 def added_callbacks(trainer_config: dict[str, Any], callbacks: Sequence[Callback],

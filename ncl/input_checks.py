@@ -186,6 +186,27 @@ def check_trains_something(sub_cfg: Any, subcommand: str | None) -> None:
                               f"checkpoint without training)")
 
 
+def precision_note(precision: str | None, device_type: str, native_bf16: bool) -> str | None:
+    """The warning for ``bf16-mixed``/``bf16-true`` on a CPU without bf16 matrix units, else
+    ``None``.
+
+    Without AVX512-BF16/AMX (``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` false) torch
+    multiplies bf16 matrices in an emulated path: 0.3-20 GFLOP/s against 80 in float32 on an
+    AVX2 EPYC (docs/benchmarks/precision.md), so a "faster" setting is 10-100x slower.
+
+    Args:
+        precision: ``trainer.precision`` as Lightning normalised it (``"bf16-mixed"``, ...).
+        device_type: the root device's type (``"cpu"``, ``"cuda"``).
+        native_bf16: whether this CPU has bf16 matrix support.
+    """
+    if device_type != "cpu" or not str(precision or "").startswith("bf16") or native_bf16:
+        return None
+    return (f"trainer.precision {precision} on this CPU, which has no bf16 matrix units "
+            f"(no AVX512-BF16/AMX): torch emulates bf16 matrix products there, 10-100x slower "
+            f"than float32 (docs/benchmarks/precision.md); results are correct, but use "
+            f"32-true for speed")
+
+
 def batch_size_note(batch_size: int, n_pairs: int, path: Path | None, world_size: int = 1) -> str | None:
     """The warning when one batch holds a process's whole training set, else ``None``.
 

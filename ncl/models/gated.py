@@ -51,7 +51,7 @@ import torch
 from torch import Tensor, nn
 
 from ncl.errors import ConfigError
-from ncl.models.layers import l2norm
+from ncl.models.layers import float32_region, l2norm
 
 Fusion = Literal["mixture", "concat"]
 
@@ -209,10 +209,12 @@ class GatedVideoText(nn.Module):
             raise ValueError(f"GatedVideoText.similarity needs (B_img, {k}, {e + 1}) and "
                              f"(B_cap, {k * e + k}) embeddings, got {tuple(img_emb.shape)} and "
                              f"{tuple(cap_emb.shape)}")
+        img_emb, cap_emb = img_emb.float(), cap_emb.float()  # the score in float32 (docs/precision.md)
         video, avail = img_emb[..., :e], img_emb[..., e]  # (Bi, K, E), (Bi, K)
         text = cap_emb[:, : k * e].reshape(-1, k, e)  # (Bc, K, E)
         weights = cap_emb[:, k * e:]  # (Bc, K)
-        cosines = torch.einsum("ike,jke->ijk", video, text)  # (Bi, Bc, K)
+        with float32_region(img_emb.device):
+            cosines = torch.einsum("ike,jke->ijk", video, text)  # (Bi, Bc, K)
         mix = avail[:, None, :] * weights[None, :, :]  # (Bi, Bc, K)
         # A clip with no expert at all scores 0 against everything (clamp avoids 0/0).
         return (mix * cosines).sum(-1) / mix.sum(-1).clamp_min(1e-8)

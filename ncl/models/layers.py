@@ -9,10 +9,46 @@ from __future__ import annotations
 
 import math
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 NORM_EPS = 1e-8
+
+
+@contextmanager
+def float32_region(device: torch.device) -> Iterator[None]:
+    """Autocast off for ``device``: what runs inside stays in its inputs' dtype.
+
+    The precision rule (``docs/precision.md``): under ``bf16-mixed``/``16-mixed`` the
+    encoders and the similarity head run their matrix products in the low dtype, but the
+    score every loss, ranking and division reads is computed in float32. A bf16 score
+    carries about 0.002-0.004 of rounding; divided by tau = 0.05 (RCL, CRCL, InfoNCE) that is
+    0.04-0.08 in the logits, and it reorders near-tied rankings.
+    """
+    with torch.autocast(device_type=device.type, enabled=False):
+        yield
+
+
+def float32_linear(x: Tensor, layer: nn.Linear) -> Tensor:
+    """``layer(x)`` in float32 whatever autocast is active (see :func:`float32_region`).
+
+    In float32 this is ``F.linear(x, W, b)``, the very call ``nn.Linear`` makes: values are
+    the same to the bit.
+
+    Args:
+        x: ``(..., in_features)``, any floating dtype.
+        layer: the linear map; its parameters are float32.
+
+    Returns:
+        ``(..., out_features)`` float32.
+    """
+    bias = None if layer.bias is None else layer.bias.float()
+    with float32_region(x.device):
+        return F.linear(x.float(), layer.weight.float(), bias)
 
 
 def l2norm(x: Tensor, dim: int = -1, eps: float = NORM_EPS) -> Tensor:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ncl.models.layers import init_similarity_weights, l2norm
+from ncl.models.layers import float32_linear, init_similarity_weights, l2norm
 from ncl.models.local_similarity import local_similarity
 from ncl.models.reasoning import (
     AttentionFiltration,
@@ -203,7 +203,7 @@ class EncoderSimilarity(nn.Module):
                 vec = nodes[:, 0]  # global node after the last step
             else:
                 vec = self.SAF_module(nodes)
-            columns.append(self.sim_eval_w(vec))  # (B_img, 1)
+            columns.append(float32_linear(vec, self.sim_eval_w))  # (B_img, 1), float32 score
         return torch.cat(columns, dim=1)
 
     def _chunked_logits(self, img_emb: Tensor, cap_emb: Tensor, lens: list[int],
@@ -292,7 +292,7 @@ class EncoderSimilarity(nn.Module):
             vec = vec.view(n_img, n_cap, -1)
         else:
             vec, mean, var = saf_masked(self.SAF_module, nodes, node_mask)
-        return self.sim_eval_w(vec).squeeze(-1), mean, var
+        return float32_linear(vec, self.sim_eval_w).squeeze(-1), mean, var  # float32 score
 
 
 def _check_inputs(img_emb: Tensor, cap_emb: Tensor, lengths: Tensor,
