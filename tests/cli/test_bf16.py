@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from config_override import REPO, tiny_override
 from tiny_runs import METHODS, method_config
 
 ALL = {**METHODS,
@@ -44,4 +45,31 @@ def test_bf16_mixed_trains_and_resumes_in_float32(name: str, tmp_path: Path) -> 
     resumed = fit(config, tmp_path, "--trainer.precision=32-true", "--trainer.max_epochs=2",
                   "--ckpt_path=last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "epoch 1 validation" in resumed.stdout
+
+
+# Every backbone and similarity strategy, from the shipped configs (tiny data and dims as
+# tests/cli/test_configs.py swaps in): a float32 epoch, then a bf16-mixed epoch resumed from
+# its checkpoint (the other direction of the method test above).
+BACKBONES = {"sgr_chunked": ("rcl_sgr_f30k.yaml", []),
+             "sgr_loop": ("rcl_sgr_f30k.yaml",
+                          ["--model.init_args.backbone.init_args.similarity_strategy=loop"]),
+             "saf": ("rcl_saf_f30k.yaml", []),
+             "vse_infinity": ("rcl_vse_synthetic.yaml", []),
+             "gated_video": ("rcl_video_synthetic.yaml", [])}
+
+
+@pytest.mark.parametrize("name", sorted(BACKBONES))
+def test_every_backbone_resumes_in_bf16(name: str, tmp_path: Path, synthetic_cache: Path) -> None:
+    config, extra = BACKBONES[name]
+    config = REPO / "configs" / config
+    override = tiny_override(tmp_path, synthetic_cache, config)
+    common = ["--config", str(override), "--trainer.logger=true", *extra]
+    first = fit(config, tmp_path, *common, "--trainer.precision=32-true")
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = fit(config, tmp_path, *common, "--trainer.precision=bf16-mixed",
+                  "--trainer.max_epochs=2", "--ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    values = logged_training_values(tmp_path / "root")
+    assert values and all(math.isfinite(v) for v in values)
     assert "epoch 1 validation" in resumed.stdout

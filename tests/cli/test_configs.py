@@ -15,43 +15,8 @@ import pytest
 import yaml
 
 from ncl.cli import main
+from config_override import CONFIGS, TINY_BACKBONE, tiny_override
 from ncl.compose import merged
-
-REPO = Path(__file__).resolve().parents[2]
-CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
-TINY_BACKBONE = {"img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16, "sim_dim": 8}
-
-
-def tiny_override(tmp_path: Path, cache: Path, config: Path) -> Path:
-    """A second config: synthetic tiny data, small dims, short epochs, outputs in tmp_path."""
-    original = merged(config)
-    data_args = {"preset": "tiny", "n_train": None, "cache_dir": str(cache), "batch_size": 16,
-                 "eval_batch_size": 32}
-    for key in ("noise_type", "noise_ratio", "noise_seed"):
-        if key in original["data"].get("init_args", {}):
-            data_args[key] = original["data"]["init_args"][key]
-    # An official noise file fits the official split sizes only: the tiny data draws the same
-    # kind of noise (noise_type/ratio/seed above) instead of reading it.
-    data_args["noise_file"] = None
-    backbone_args = TINY_BACKBONE
-    backbone_path = original["model"].get("init_args", {}).get("backbone", {}).get("class_path", "")
-    data_class = "ncl.data.datamodule.SyntheticDataModule"
-    if backbone_path.endswith("VSEInfinity"):  # no region count or similarity head to size
-        backbone_args = {k: TINY_BACKBONE[k] for k in ("img_dim", "word_dim", "embed_size")}
-    if backbone_path.endswith("GatedVideoText"):  # video: tiny synthetic clips of 2 experts
-        backbone_args = {"img_dim": 12, "num_regions": 2, "word_dim": 8, "text_dim": 16,
-                         "embed_size": 16}
-        data_class = "ncl.data.video.VideoSyntheticDataModule"
-        data_args = {k: v for k, v in data_args.items() if k != "n_train"}
-    override = {
-        "data": {"class_path": data_class, "init_args": data_args},
-        "model": {"init_args": {"backbone": {"init_args": backbone_args}}},
-        "trainer": {"max_epochs": 1, "limit_train_batches": 2, "accelerator": "cpu",
-                    "default_root_dir": str(tmp_path / "root"), "enable_progress_bar": False},
-    }
-    path = tmp_path / "tiny_override.yaml"
-    path.write_text(yaml.safe_dump(override))
-    return path
 
 
 def is_evaluation_only(config: Path) -> bool:
