@@ -19,7 +19,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
@@ -108,6 +108,12 @@ class NclCLI(LightningCLI):
                             help="ncl test/validate without --ckpt_path: score the model's "
                                  "initial (untrained) weights, to check the evaluation itself; "
                                  "never a result")
+        parser.add_argument("--float32_matmul_precision", type=Literal["highest", "high", "medium"],
+                            default="highest",
+                            help="torch.set_float32_matmul_precision for float32 matrix "
+                                 "products: highest (exact float32, the default), high (TF32 "
+                                 "on Ampere+ GPUs, about 10 bits of mantissa), medium (bf16 "
+                                 "where supported); docs/precision.md")
         parser.add_argument("--override_run", type=bool, default=False,
                             help="ncl fit --ckpt_path: resume although model or data options "
                                  "differ from the run's (otherwise one error line names them); "
@@ -196,6 +202,8 @@ class NclCLI(LightningCLI):
         if first_logger(trainer_cfg) in (None, True):
             set_logger(trainer_cfg, default_logger(trainer_cfg))
         label_wandb_run(self.config[self.subcommand] if self.subcommand else self.config)
+        sub_cfg = self.config[self.subcommand] if self.subcommand else self.config
+        torch.set_float32_matmul_precision(sub_cfg.get("float32_matmul_precision") or "highest")
         if self.subcommand in ("validate", "test", "predict"):
             # Evaluating a checkpoint never writes checkpoints; its saved folder is irrelevant.
             warnings.filterwarnings("ignore", message=r"The dirpath has changed from")

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from config_override import REPO, tiny_override
 from tiny_runs import METHODS, method_config
@@ -73,3 +74,23 @@ def test_every_backbone_resumes_in_bf16(name: str, tmp_path: Path, synthetic_cac
     values = logged_training_values(tmp_path / "root")
     assert values and all(math.isfinite(v) for v in values)
     assert "epoch 1 validation" in resumed.stdout
+
+
+def test_float32_matmul_precision_option(tmp_path: Path, synthetic_cache: Path,
+                                         monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture) -> None:
+    """``--float32_matmul_precision high`` (TF32 on GPUs) reaches torch; a wrong value is a
+    parser error (exit 2) naming the option and its choices."""
+    from cli_helpers import main_exit, tiny
+    from ncl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    before = torch.get_float32_matmul_precision()
+    try:
+        main(["fit", *tiny(synthetic_cache, "--trainer.max_epochs=1", "--trainer.limit_train_batches=1",
+                           "--trainer.logger=false", "--float32_matmul_precision=high")])
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(before)
+    err = main_exit(capsys, "fit", *tiny(synthetic_cache, "--float32_matmul_precision=fast"))
+    assert "float32_matmul_precision" in err and "'highest', 'high', 'medium'" in err, err

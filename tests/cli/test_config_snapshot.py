@@ -51,6 +51,11 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
         "a new top-level option of every subcommand (ncl fit --ckpt_path: resume although model "
         "or data options differ from the run's, recorded in resumes.jsonl); the run is the same",
 
+    # issue 28: mixed precision
+    ("float32_matmul_precision", ABSENT, "highest"):
+        "a new top-level option of every subcommand (TF32 on GPUs is opt-in); highest is "
+        "torch's default, so the run is the same",
+
     # issue 29 (ReCon): entries below this line
     ("model.init_args.relation_rows", "mean", "sum"):
         "ReCon's m-KL is IAIS's, summed over rows: under the mean the paper's threshold e - 1 is "
