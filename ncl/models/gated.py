@@ -51,7 +51,7 @@ import torch
 from torch import Tensor, nn
 
 from ncl.errors import ConfigError
-from ncl.models.layers import float32_region, l2norm
+from ncl.models.layers import at_least_float32, float32_region, l2norm
 
 Fusion = Literal["mixture", "concat"]
 
@@ -209,7 +209,7 @@ class GatedVideoText(nn.Module):
             raise ValueError(f"GatedVideoText.similarity needs (B_img, {k}, {e + 1}) and "
                              f"(B_cap, {k * e + k}) embeddings, got {tuple(img_emb.shape)} and "
                              f"{tuple(cap_emb.shape)}")
-        img_emb, cap_emb = img_emb.float(), cap_emb.float()  # the score in float32 (docs/precision.md)
+        img_emb, cap_emb = at_least_float32(img_emb), at_least_float32(cap_emb)  # float32 score (docs/precision.md)
         video, avail = img_emb[..., :e], img_emb[..., e]  # (Bi, K, E), (Bi, K)
         text = cap_emb[:, : k * e].reshape(-1, k, e)  # (Bc, K, E)
         weights = cap_emb[:, k * e:]  # (Bc, K)

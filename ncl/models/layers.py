@@ -33,22 +33,27 @@ def float32_region(device: torch.device) -> Iterator[None]:
         yield
 
 
+def at_least_float32(x: Tensor) -> Tensor:
+    """``x`` in float32 if it is in a lower-precision float (bf16, fp16); float64 stays."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def float32_linear(x: Tensor, layer: nn.Linear) -> Tensor:
     """``layer(x)`` in float32 whatever autocast is active (see :func:`float32_region`).
 
-    In float32 this is ``F.linear(x, W, b)``, the very call ``nn.Linear`` makes: values are
-    the same to the bit.
+    In float32 (or float64) this is ``F.linear(x, W, b)``, the very call ``nn.Linear`` makes:
+    values are the same to the bit.
 
     Args:
         x: ``(..., in_features)``, any floating dtype.
         layer: the linear map; its parameters are float32.
 
     Returns:
-        ``(..., out_features)`` float32.
+        ``(..., out_features)`` float32 (float64 for a float64 model).
     """
-    bias = None if layer.bias is None else layer.bias.float()
+    bias = None if layer.bias is None else at_least_float32(layer.bias)
     with float32_region(x.device):
-        return F.linear(x.float(), layer.weight.float(), bias)
+        return F.linear(at_least_float32(x), at_least_float32(layer.weight), bias)
 
 
 def l2norm(x: Tensor, dim: int = -1, eps: float = NORM_EPS) -> Tensor:

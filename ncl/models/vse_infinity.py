@@ -33,7 +33,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ncl.errors import ConfigError
 from ncl.models.gpo import GPO
-from ncl.models.layers import float32_region, init_linear_uniform, l2norm
+from ncl.models.layers import at_least_float32, float32_region, init_linear_uniform, l2norm
 from ncl.models.state_dicts import prepare_state, strip_prefix
 
 #: Size of GPO's positional encodings and of its GRU (hard-wired in the official code).
@@ -233,7 +233,7 @@ class VSEInfinity(nn.Module):
             raise ValueError(f"VSEInfinity.similarity needs pooled (B_img, E) and (B_cap, E) "
                              f"embeddings, got {tuple(img_emb.shape)} and {tuple(cap_emb.shape)}")
         with float32_region(img_emb.device):  # the score in float32 (docs/precision.md)
-            return img_emb.float() @ cap_emb.float().t()
+            return at_least_float32(img_emb) @ at_least_float32(cap_emb).t()
 
     def forward(self, images: Tensor, tokens: Tensor, lengths: Tensor,
                 image_lengths: Tensor | None = None) -> Tensor:
