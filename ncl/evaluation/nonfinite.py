@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from ncl.data.precomp import nonfinite_rows as nonfinite_feature_block
@@ -129,16 +130,34 @@ def check_finite_loss(loss: Tensor, trainer: Any, owner: str, global_step: int, 
     """Raise :class:`TrainingError` when the training ``loss`` is NaN/Inf on any rank.
 
     Called before the backward pass, so no optimiser step (and no checkpoint) ever holds a
-    diverged step. Under DDP (``trainer.world_size > 1``) the ranks agree through one boolean
-    reduction (``trainer.strategy.reduce_boolean_decision``), so none is left waiting in the
-    backward pass's collectives.
+    diverged step. Under DDP (``trainer.world_size > 1``) the ranks agree through one
+    all-reduce of the flag (:func:`any_rank`), so none is left waiting in the backward pass's
+    collectives.
+
+    The decision reaches the host with one device sync per backward (the ``bool`` below):
+    the price of stopping *before* the step. Checking a device flag every k steps instead
+    would let a diverged step update the weights and the optimiser state first.
     """
-    bad = local_bad = not bool(torch.isfinite(loss.detach()).all())
+    bad = ~torch.isfinite(loss.detach()).all()  # 0-dim bool on the loss's device
     if trainer is not None and trainer.world_size > 1:
-        bad = trainer.strategy.reduce_boolean_decision(local_bad, all=False)
-    if bad:
+        bad = any_rank(bad)
+    if bool(bad):
+        local_bad = not bool(torch.isfinite(loss.detach()).all())  # only on the way out
         raise TrainingError(diverged_message(owner, loss, global_step, epoch, local_bad,
                                              unchecked_training_features(trainer)))
+
+
+def any_rank(flag: Tensor) -> Tensor:
+    """``flag`` (a 0-dim bool) OR-ed over the ranks of the default group, on the device.
+
+    One all-reduce of the flag where it is (NCCL) or on the host (gloo moves host tensors);
+    unlike ``strategy.reduce_boolean_decision`` no host copy before it and no barrier.
+    """
+    value = flag.to(torch.int32)
+    if dist.get_backend() != "nccl":
+        value = value.cpu()
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return value > 0
 
 
 def unchecked_training_features(trainer: Any) -> str | None:

@@ -116,6 +116,9 @@ class NCR(RetrievalMethod):
         # Training state (checkpointed with the method, identical on every rank):
         self.division: Division | None = None  # the latest division (for ``division.epoch``)
         self.momentum_targets = PerSampleState(2, fill=1.0) if momentum_regularization else None
+        # The division's clean probabilities on the training device (not state: a copy of
+        # ``division.prob``), made once per division instead of gathered on the host per step.
+        self._device_prob: tuple[Division, Tensor] | None = None
 
     def configure_callbacks(self) -> list[L.Callback]:
         """The co-divide (and abandon draw), LNC's momentum targets after every step, and the
@@ -283,7 +286,7 @@ class NCR(RetrievalMethod):
         """
         hp = self.hparams
         net, peer = self.nets[k], self.nets[1 - k]
-        w = self.division.prob[1 - k][labelled["index"].cpu()].to(self.device)  # peer's
+        w = self.peer_clean_prob(k, labelled["index"])  # peer's
 
         def predict(batch: Batch, model: torch.nn.Module) -> Tensor:  # P of Eq. 9, (B,)
             sims = forward_batch(model, batch)
@@ -296,6 +299,17 @@ class NCR(RetrievalMethod):
             if unlabelled is not None:
                 target_u = rectify_noisy_labels(predict(unlabelled, net), predict(unlabelled, peer))
         return target_l.clamp(0, 1), None if target_u is None else target_u.clamp(0, 1)
+
+    def peer_clean_prob(self, k: int, index: Tensor) -> Tensor:
+        """Network ``1 - k``'s clean probability ``w`` of the pairs ``index`` (``(B,)``, on the
+        device), read from a device copy of the division's ``(2, N)`` table: one host ->
+        device copy per division rather than a device -> host copy of ``index`` every step.
+        """
+        division = self.division
+        held = self._device_prob
+        if held is None or held[0] is not division or held[1].device != index.device:
+            held = self._device_prob = (division, division.prob.to(index.device))
+        return held[1][1 - k][index]
 
     def soft_loss(self, k: int, batch: Batch, target: Tensor, div: float | None) -> Tensor:
         """Summed hardest-negative triplet (LNC Eq. 10; spec 4.2.1 "train") with the soft
@@ -354,9 +368,21 @@ class NCR(RetrievalMethod):
                                 gradient_clip_algorithm="norm")
 
     def log_net(self, k: int, values: dict[str, Tensor], batch_size: int) -> None:
-        name = self.network_names[k]  # sync_dist: epoch means over ranks (one all-reduce per key)
-        self.log_dict({f"train/{name}/{key}": v for key, v in values.items()}, on_step=True,
-                      on_epoch=True, batch_size=batch_size, sync_dist=True)
+        """Log network ``k``'s ``values`` as ``train/<net>/<key>_step`` (this rank's value) and
+        ``train/<net>/<key>_epoch`` (the mean over the epoch and the ranks).
+
+        The names Lightning gives a value logged ``on_step`` and ``on_epoch`` at once, but two
+        entries: with ``sync_dist`` Lightning all-reduces an ``on_step`` value at every step
+        (a barrier and an all-reduce per key), while an ``on_epoch``-only value is accumulated
+        on each rank and all-reduced once, when the epoch's mean is computed. In one process
+        both are what one forked entry logged; under DDP the step values are rank 0's own, like
+        :meth:`~ncl.methods.base.RetrievalMethod.log_train`'s.
+        """
+        name = self.network_names[k]
+        self.log_dict({f"train/{name}/{key}_step": v for key, v in values.items()}, on_step=True,
+                      on_epoch=False, batch_size=batch_size, sync_dist=False)
+        self.log_dict({f"train/{name}/{key}_epoch": v for key, v in values.items()},
+                      on_step=False, on_epoch=True, batch_size=batch_size, sync_dist=True)
 
     # ------------------------------------------------------------------ diagnostics
     @property

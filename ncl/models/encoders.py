@@ -84,12 +84,40 @@ class EncoderText(nn.Module):
         """
         total_length = tokens.shape[1]
         words = self.dropout(self.embed(tokens))  # (B, L, word_dim)
-        # Packing needs the lengths on the CPU; unsorted batches are allowed (NCR/CRCL style).
-        packed = pack_padded_sequence(words, lengths.detach().cpu().long(), batch_first=True,
-                                      enforce_sorted=False)
+        sorted_lengths, order, inverse = packing_order(lengths, words.device)
+        # Unsorted batches are allowed (NCR/CRCL style). Sorting here, as
+        # pack_padded_sequence(enforce_sorted=False) would, keeps its indices off the
+        # host: it copies them to the device and back with a sync each way.
+        packed = pack_padded_sequence(words.index_select(0, order), sorted_lengths,
+                                      batch_first=True, enforce_sorted=True)
         out, _ = self.cap_rnn(packed)
         hidden, _ = pad_packed_sequence(out, batch_first=True, total_length=total_length)
+        hidden = hidden.index_select(0, inverse)  # back to the batch's order
         if self.bi_gru:
             half = self.embed_size
             hidden = (hidden[..., :half] + hidden[..., half:]) / 2  # (B, L, E)
         return l2norm(hidden, dim=-1)
+
+
+def packing_order(lengths: Tensor, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """The order ``pack_padded_sequence(enforce_sorted=False)`` sorts a batch into.
+
+    The same ``torch.sort`` of the same host lengths as PyTorch's, so the packed batch (and
+    every value computed from it) is the one PyTorch builds; the two index vectors reach the
+    device in one non-blocking copy, which does not wait for queued kernels.
+
+    Args:
+        lengths: ``(B,)`` lengths; on the host they need no copy (a device tensor syncs once).
+        device: where the words are.
+
+    Returns:
+        ``(B,)`` host int64 lengths, longest first (what packing reads); ``(B,)`` device
+        order, sorted position -> batch row; ``(B,)`` device inverse, batch row -> sorted
+        position.
+    """
+    host = lengths.detach() if lengths.device.type == "cpu" else lengths.detach().cpu()
+    sorted_lengths, order = torch.sort(host.long(), descending=True)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel())  # PyTorch's invert_permutation
+    both = torch.stack([order, inverse]).to(device, non_blocking=True)  # (2, B)
+    return sorted_lengths, both[0], both[1]

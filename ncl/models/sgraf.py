@@ -97,6 +97,22 @@ class SGRAF(nn.Module):
         Returns:
             ``(B, L, E)``; padded positions are zero.
         """
+        return self._encode_checked(tokens, self.host_lengths(tokens, lengths))
+
+    def host_lengths(self, tokens: Tensor, lengths: Tensor) -> list[int]:
+        """Validate a caption batch; return its lengths as Python ints.
+
+        The lengths (for packing the GRU input and chunking the captions) and the token
+        range (an id out of range would be a CUDA device-side assert, not a clear error) come
+        to the host in one copy: one device sync per caption batch.
+
+        Args:
+            tokens: ``(B, L)`` long ids.
+            lengths: ``(B,)`` caption lengths.
+
+        Returns:
+            ``B`` lengths, unchecked when ``tokens`` is empty (``B = 0`` or ``L = 0``).
+        """
         lengths = torch.as_tensor(lengths)
         if tokens.dim() != 2 or tokens.dtype != torch.long:
             raise ValueError(f"tokens must be a 2-D long tensor, got shape "
@@ -104,12 +120,20 @@ class SGRAF(nn.Module):
         if lengths.shape != (tokens.shape[0],):
             raise ValueError(f"lengths must have shape ({tokens.shape[0]},), "
                              f"got {tuple(lengths.shape)}")
-        if tokens.numel() and (int(lengths.min()) < 1 or int(lengths.max()) > tokens.shape[1]):
+        if not tokens.numel():
+            return [int(n) for n in lengths.tolist()]
+        lens, (low, high) = _lengths_and_range(tokens, lengths)
+        if min(lens) < 1 or max(lens) > tokens.shape[1]:
             raise ValueError(f"lengths must lie in [1, {tokens.shape[1]}] (tokens.shape[1])")
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+        if low < 0 or high >= self.vocab_size:
             raise ValueError(f"tokens must lie in [0, {self.vocab_size}) (vocab_size), got "
-                             f"[{int(tokens.min())}, {int(tokens.max())}]")
-        return self.txt_enc(tokens, lengths)
+                             f"[{low}, {high}]")
+        return lens
+
+    def _encode_checked(self, tokens: Tensor, lens: list[int]) -> Tensor:
+        """``(B, L, E)`` embeddings of validated tokens; ``lens`` from :meth:`host_lengths`."""
+        # A host tensor: packing reads the lengths on the host, so no copy back is needed.
+        return self.txt_enc(tokens, torch.tensor(lens, dtype=torch.long))
 
     def similarity_logits(self, img_emb: Tensor, cap_emb: Tensor, lengths: Tensor) -> Tensor:
         """Raw scores ``w_e . vec + b_e`` before the sigmoid (spec 3.3).
@@ -122,8 +146,14 @@ class SGRAF(nn.Module):
         Returns:
             ``(B_img, B_cap)``; rows images, columns captions.
         """
+        return self._logits(img_emb, cap_emb, lengths)
+
+    def _logits(self, img_emb: Tensor, cap_emb: Tensor, lengths: Tensor,
+                lens: list[int] | None = None) -> Tensor:
+        """:meth:`similarity_logits`, given the lengths on the host too when known
+        (``lens``: then the similarity encoder copies nothing back)."""
         strategy, chunk_size = self.similarity_plan(img_emb.device)
-        return self.sim_enc(img_emb, cap_emb, lengths, strategy, chunk_size)
+        return self.sim_enc(img_emb, cap_emb, lengths, strategy, chunk_size, host_lengths=lens)
 
     def similarity(self, img_emb: Tensor, cap_emb: Tensor, lengths: Tensor) -> Tensor:
         """``sigmoid`` of :meth:`similarity_logits`, ``(B_img, B_cap)`` in ``(0, 1)``."""
@@ -133,14 +163,19 @@ class SGRAF(nn.Module):
                 image_lengths: Tensor | None = None) -> Tensor:
         """``(B, B)`` similarity of every image/caption pair of a batch.
 
+        The caption lengths come to the host once (:meth:`host_lengths`) and serve both the
+        caption encoder and the similarity encoder.
+
         Args:
             images: ``(B, R, img_dim)``.
             tokens: ``(B, L)`` long ids.
             lengths: ``(B,)``.
             image_lengths: ``(B,)`` region counts, or ``None`` (see :meth:`encode_images`).
         """
-        return self.similarity(self.encode_images(images, image_lengths),
-                               self.encode_captions(tokens, lengths), lengths)
+        img_emb = self.encode_images(images, image_lengths)
+        lens = self.host_lengths(tokens, lengths)
+        cap_emb = self._encode_checked(tokens, lens)
+        return torch.sigmoid(self._logits(img_emb, cap_emb, lengths, lens))
 
     def similarity_plan(self, device: torch.device) -> tuple[Strategy, int]:
         """The strategy and chunk size used on ``device`` (resolves ``"auto"``; spec 6.1).
@@ -162,6 +197,23 @@ class SGRAF(nn.Module):
         if device.type == "cpu":
             return "chunked", min(self.chunk_size, CPU_CHUNK_SIZE)
         return "chunked", self.chunk_size
+
+
+def _lengths_and_range(tokens: Tensor, lengths: Tensor) -> tuple[list[int], list[int]]:
+    """``lengths`` as ints and ``[min, max]`` of a non-empty ``tokens``, in one host copy.
+
+    Args:
+        tokens: ``(B, L)`` long ids, ``B L > 0``.
+        lengths: ``(B,)``; whole numbers (a float length is truncated, as ``int()`` does).
+
+    Returns:
+        ``B`` lengths and the smallest and largest token id.
+    """
+    extremes = torch.stack([tokens.min(), tokens.max()])  # (2,), on the tokens' device
+    if lengths.device != tokens.device:  # already elsewhere (the host): two copies, rare
+        return [int(n) for n in lengths.tolist()], extremes.tolist()
+    values = torch.cat([lengths.to(torch.long), extremes]).tolist()  # (B + 2,): one sync
+    return values[:-2], values[-2:]
 
 
 def _check_config(vocab_size: int, module_name: str, img_dim: int, word_dim: int,

@@ -162,7 +162,8 @@ class EncoderSimilarity(nn.Module):
         init_similarity_weights(self)
 
     def forward(self, img_emb: Tensor, cap_emb: Tensor, lengths: Tensor,
-                strategy: Strategy = "loop", chunk_size: int = 32) -> Tensor:
+                strategy: Strategy = "loop", chunk_size: int = 32,
+                host_lengths: list[int] | None = None) -> Tensor:
         """Raw scores (before the sigmoid) of every image/caption pair.
 
         Args:
@@ -171,11 +172,13 @@ class EncoderSimilarity(nn.Module):
             lengths: ``(B_cap,)`` caption lengths, ``1 <= lengths <= L``.
             strategy: ``"loop"`` (reference) or ``"chunked"``.
             chunk_size: Captions per chunk for ``"chunked"``.
+            host_lengths: ``lengths`` as Python ints when the caller has them already (no
+                device sync here); ``None`` copies ``lengths`` to the host.
 
         Returns:
             ``(B_img, B_cap)`` logits; rows images, columns captions.
         """
-        lens = _check_inputs(img_emb, cap_emb, lengths, self.num_regions)
+        lens = _check_inputs(img_emb, cap_emb, lengths, self.num_regions, host_lengths)
         if not lens:
             return img_emb.new_zeros((img_emb.shape[0], 0))
         if strategy == "loop":
@@ -215,10 +218,11 @@ class EncoderSimilarity(nn.Module):
         """
         device = cap_emb.device
         # Sorting by length keeps padding inside a chunk small; the index tensors are moved
-        # to the device once, so the chunk loop issues no host-device copies.
+        # to the device once, in one copy that does not wait for queued kernels, so the
+        # chunk loop issues no host-device copies.
         order = sorted(range(len(lens)), key=lambda j: -lens[j])
-        order_dev = torch.tensor(order, device=device)
-        sorted_lens = torch.tensor([lens[j] for j in order], device=device)
+        both = torch.tensor([order, [lens[j] for j in order]]).to(device, non_blocking=True)
+        order_dev, sorted_lens = both[0], both[1]  # (B_cap,) each
         img_glo = self.v_global_w(img_emb)  # (B_img, E)
         chunks = []  # (C, L) word mask and (C, L, E) words of each chunk
         for start in range(0, len(order), chunk_size):
@@ -295,9 +299,10 @@ class EncoderSimilarity(nn.Module):
         return float32_linear(vec, self.sim_eval_w).squeeze(-1), mean, var  # float32 score
 
 
-def _check_inputs(img_emb: Tensor, cap_emb: Tensor, lengths: Tensor,
-                  num_regions: int) -> list[int]:
-    """Validate shapes and lengths; return the lengths as Python ints."""
+def _check_inputs(img_emb: Tensor, cap_emb: Tensor, lengths: Tensor, num_regions: int,
+                  host_lengths: list[int] | None = None) -> list[int]:
+    """Validate shapes and lengths; return the lengths as Python ints (``host_lengths`` when
+    given: the same values, already on the host, so no device sync)."""
     if img_emb.dim() != 3 or img_emb.shape[1] != num_regions:
         raise ValueError(f"img_emb must have shape (B_img, {num_regions}, E), "
                          f"got {tuple(img_emb.shape)}")
@@ -308,7 +313,7 @@ def _check_inputs(img_emb: Tensor, cap_emb: Tensor, lengths: Tensor,
     if lengths.shape != (cap_emb.shape[0],):
         raise ValueError(f"lengths must have shape ({cap_emb.shape[0]},), "
                          f"got {tuple(lengths.shape)}")
-    lens = [int(n) for n in lengths.tolist()]
+    lens = [int(n) for n in lengths.tolist()] if host_lengths is None else host_lengths
     if lens and (min(lens) < 1 or max(lens) > cap_emb.shape[1]):
         raise ValueError(f"lengths must lie in [1, {cap_emb.shape[1]}] (cap_emb.shape[1]), "
                          f"got min {min(lens)} and max {max(lens)}")
