@@ -60,6 +60,44 @@ def per_device_batch_note(world_size: int, batch_size: int, acknowledged: bool) 
             f"and silence the warning")
 
 
+def pairs_per_rank(n_pairs: int, world_size: int = 1, distributed_sampler: bool = True) -> int:
+    """How many training pairs one process batches in an epoch.
+
+    Under DDP Lightning gives each rank a ``DistributedSampler`` (``drop_last`` false, also
+    inside :class:`~ncl.data.datasets.EpochBatchSampler`): it pads the order with repeats to
+    ``ceil(N / W)`` pairs per rank. Without it (``use_distributed_sampler`` false) every
+    rank iterates all ``N``.
+    """
+    if world_size <= 1 or not distributed_sampler:
+        return n_pairs
+    return -(-n_pairs // world_size)
+
+
+def drop_single_pair_batch(pairs_per_process: int, batch_size: int) -> bool:
+    """Whether the training loader drops its last batch: only when it would hold one pair.
+
+    A one-pair batch breaks BatchNorm in train mode ("Expected more than 1 value per
+    channel", spec 7.2) and leaves a contrastive loss without negatives. What counts is
+    the remainder of what *one process* batches (:func:`pairs_per_rank`), not of ``N``.
+    """
+    return pairs_per_process % batch_size == 1
+
+
+def pin_memory(trainer: Any) -> bool:
+    """Whether loaders pin their batches: only when the trainer runs on CUDA, where
+    page-locked host memory lets the copy to the GPU overlap compute. On the CPU pinning
+    buys nothing (torch warns), so CPU runs keep unpinned loaders."""
+    device = getattr(getattr(trainer, "strategy", None), "root_device", None)
+    return isinstance(device, torch.device) and device.type == "cuda"
+
+
+def uses_distributed_sampler(trainer: Any) -> bool:
+    """Whether Lightning swaps a ``DistributedSampler`` into the training loader
+    (``Trainer(use_distributed_sampler=...)``, true by default; read where Lightning keeps it)."""
+    connector = getattr(trainer, "_accelerator_connector", None)
+    return bool(getattr(connector, "use_distributed_sampler", True))
+
+
 class PrecompDataModule(L.LightningDataModule):
     """Train/dev/test loaders over ``<data_root>/<data_name>/{split}_ims.npy + _caps.txt``.
 
@@ -296,8 +334,13 @@ class PrecompDataModule(L.LightningDataModule):
     def _loader(self, dataset: torch.utils.data.Dataset, batch_size: int, shuffle: bool,
                 drop_last: bool = False) -> DataLoader:
         return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
-                          num_workers=self.num_workers, collate_fn=collate,
-                          persistent_workers=self.num_workers > 0)
+                          **self._worker_options())
+
+    def _worker_options(self) -> dict[str, Any]:
+        """DataLoader options every loader of this module shares (workers, collation, pinning)."""
+        return dict(num_workers=self.num_workers, collate_fn=collate,
+                    persistent_workers=self.num_workers > 0,
+                    pin_memory=pin_memory(getattr(self, "trainer", None)))
 
     def _check_mask_token(self) -> None:
         """Stop before training when the augmentation emits ``<mask>`` (id V) but a network's
@@ -357,10 +400,11 @@ class PrecompDataModule(L.LightningDataModule):
         pairs = self.train_pairs()
         if self._train_plan is not None:
             return self._train_plan(pairs)
-        # A final batch of one sample would break BatchNorm in train mode (spec 7.2).
-        drop_last = len(pairs) % self.batch_size == 1
         trainer = getattr(self, "trainer", None)
         distributed = trainer is not None and trainer.world_size > 1
+        world = trainer.world_size if distributed else 1
+        per_rank = pairs_per_rank(len(pairs), world, uses_distributed_sampler(trainer))
+        drop_last = drop_single_pair_batch(per_rank, self.batch_size)
         if distributed and self.augment is None:
             # Lightning swaps in a DistributedSampler, itself seeded by (seed, epoch).
             return self._loader(pairs, self.batch_size, shuffle=True, drop_last=drop_last)
@@ -374,9 +418,7 @@ class PrecompDataModule(L.LightningDataModule):
         else:
             sampler = EpochShuffleSampler(len(pairs), seed)
             sampler.set_epoch(epoch)
-        common: dict[str, Any] = dict(num_workers=self.num_workers, collate_fn=collate,
-                                      persistent_workers=self.num_workers > 0,
-                                      generator=loader_generator(seed))
+        common: dict[str, Any] = dict(self._worker_options(), generator=loader_generator(seed))
         if self.augment is None:
             return DataLoader(pairs, batch_size=self.batch_size, sampler=sampler,
                               drop_last=drop_last, **common)
@@ -451,8 +493,7 @@ class PrecompDataModule(L.LightningDataModule):
         pairs = self.predict_pairs()
         size = self.predict_batch_size or self.batch_size
         batches = ScoringBatchSampler(SequentialSampler(pairs), size)
-        return DataLoader(pairs, batch_sampler=batches, num_workers=self.num_workers,
-                          collate_fn=collate, persistent_workers=self.num_workers > 0)
+        return DataLoader(pairs, batch_sampler=batches, **self._worker_options())
 
 
 class SyntheticDataModule(PrecompDataModule):

@@ -31,7 +31,7 @@ from torchmetrics.utilities import dim_zero_cat
 from ncl.evaluation.nonfinite import EvalSite, check_finite_embeddings, check_finite_similarities
 from ncl.evaluation.protocol import Protocol, Results, evaluate_systems
 from ncl.evaluation.similarity import SimFn, ensemble
-from ncl.training.distributed import rank_sharded_similarity
+from ncl.training.distributed import last_occurrences, rank_sharded_similarity
 
 #: The metrics logged per system and split (the protocol also returns median/mean ranks).
 LOGGED_KEYS: tuple[str, ...] = ("rsum", "i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10")
@@ -92,9 +92,40 @@ def unfold(rows: Tensor, widths: Tensor) -> Tensor:
 
 def by_index(index: Tensor, rows: Tensor) -> Tensor:
     """``(max index + 1, ...)``: every row at its dataset index (a repeated index keeps the
-    last row in rank order; the repeats are the same sample)."""
+    last row in rank order, on every device; the repeats are the same sample, padded in by
+    the DistributedSampler and encoded in another batch)."""
     out = rows.new_zeros((int(index.max()) + 1, *rows.shape[1:]))
-    out[index] = rows
+    last = last_occurrences(index)
+    out[index[last]] = rows[last]  # unique indices: CUDA's racing writes cannot pick another
+    return out
+
+
+def unfold_by_index(index: Tensor, rows: Tensor, widths: Tensor) -> Tensor:
+    """``by_index(index, unfold(rows, widths))`` without the intermediate padded tensor.
+
+    The padded caption embeddings of a split are its largest tensor (gigabytes for COCO 5K,
+    on every rank's device); unfolding straight into dataset order holds one padded copy at
+    a time instead of two. Only copies: bit-identical to the two-step version, a repeated
+    index keeping its last sample (:func:`~ncl.training.distributed.last_occurrences`).
+
+    Args:
+        index: ``(n,)`` dataset index of each sample, in the order of ``rows``.
+        rows: ``(sum of widths, ...)`` folded rows (:func:`fold`), or pooled ``(n, ...)``.
+        widths: ``(n,)`` each sample's width (all 0 for pooled rows).
+
+    Returns:
+        ``(max index + 1, max width, ...)``, zero beyond each sample's width (pooled:
+        ``(max index + 1, ...)``).
+    """
+    if not bool((widths > 0).any()):
+        return by_index(index, rows)
+    kept = torch.zeros(index.shape[0], dtype=torch.bool, device=index.device)
+    kept[last_occurrences(index)] = True  # padded repeats: the last one, as by_index
+    width = int(widths.max())
+    cells = torch.arange(width, device=widths.device)[None, :] < widths[:, None]  # (n, W)
+    sample, slot = (cells & kept[:, None]).nonzero(as_tuple=True)  # row-major, as rows are
+    out = rows.new_zeros((int(index.max()) + 1, width, *rows.shape[1:]))
+    out[index[sample], slot] = rows[kept.repeat_interleave(widths)]
     return out
 
 
@@ -143,7 +174,7 @@ class RetrievalEvaluation(Metric):
         """Network ``k``'s ``img``/``cap`` embeddings, every sample at its dataset index."""
         rows = dim_zero_cat(getattr(self, f"{side}{k}"))  # lists in one process, tensors after a sync
         widths = dim_zero_cat(getattr(self, f"{side}{k}_width"))
-        return by_index(dim_zero_cat(getattr(self, f"{side}_index")), unfold(rows, widths))
+        return unfold_by_index(dim_zero_cat(getattr(self, f"{side}_index")), rows, widths)
 
     def embeddings(self, captions_per_image: int) -> Embeddings:
         """The (gathered) embeddings of the first images whose captions were all encoded."""

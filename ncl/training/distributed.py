@@ -13,10 +13,11 @@ the block bookkeeping is pure and lives in :mod:`ncl.evaluation.similarity`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torchmetrics.utilities.distributed import gather_all_tensors
 
 from ncl.evaluation.similarity import (SimFn, check_embeddings, iter_block_scores, place_blocks,
                                        rank_block_range, sharded_similarity, similarity_blocks)
@@ -43,25 +44,75 @@ def _comm_device(device: torch.device) -> torch.device:
     return torch.device("cpu")
 
 
+#: One rank's rows as :func:`all_gather_cat` sees them: (number of rows, shape of a row, dtype).
+RowLayout = tuple[int, tuple[int, ...], torch.dtype]
+
+
+def common_row_layout(layouts: list[RowLayout]) -> tuple[tuple[int, ...], torch.dtype]:
+    """The shape of a row and the dtype that every rank's contribution takes.
+
+    A rank without rows cannot know them: a per-sample pass that got no batch holds a
+    ``(0,)`` float32 placeholder while the others hold ``(n, 3)`` rows (ReCon) or float64
+    ones. Such a rank adopts the layout of the ranks that have rows; those must agree. When
+    no rank has rows, rank 0's layout is everybody's.
+
+    Args:
+        layouts: every rank's layout, in rank order.
+
+    Raises:
+        ValueError: if ranks with rows disagree on the row shape or dtype (the same on every
+            rank, which all see the same layouts: none waits for a collective that never comes).
+    """
+    filled = sorted({(shape, dtype) for rows, shape, dtype in layouts if rows > 0}, key=str)
+    if len(filled) > 1:
+        raise ValueError(f"ranks contribute rows of different shapes or dtypes: {filled}")
+    if filled:
+        return filled[0]
+    return layouts[0][1], layouts[0][2]
+
+
+def _row_layouts(values: Tensor) -> list[RowLayout]:
+    """Every rank's ``(rows, row shape, dtype)`` of ``values``, in rank order (one small
+    object all-gather; with NCCL it needs the rank's CUDA device set, as Lightning does)."""
+    layouts: list[Any] = [None] * world_size()  # filled in place, one entry per rank
+    dist.all_gather_object(layouts, (int(values.shape[0]), tuple(values.shape[1:]), values.dtype))
+    return layouts
+
+
 def all_gather_cat(values: Tensor) -> Tensor:
     """Concatenate every rank's ``values`` along dim 0, in rank order, on every rank.
 
-    The one ragged all-gather of ncl: torchmetrics' ``gather_all_tensors`` (also what
-    :class:`~ncl.evaluation.metric.RetrievalEvaluation` syncs with) exchanges the shapes,
-    pads each rank's tensor to the largest, gathers and cuts the padding off again. Here it
-    runs on the backend's device (NCCL moves CUDA tensors only).
+    The one ragged all-gather of ncl: the ranks first exchange their layouts (rows, row
+    shape, dtype), then every rank pads its rows to the largest count, all ranks gather the
+    padded buffers and cut the padding off again. Runs on the backend's device (NCCL moves
+    CUDA tensors only). A rank with no rows may hold any empty tensor (a ``(0,)``
+    placeholder): it takes the row shape and dtype of the others (:func:`common_row_layout`).
 
     Args:
-        values: ``(n, ...)``, ``n`` may differ between ranks (0 included); the number of
-            dimensions and the dtype must be the same on every rank.
+        values: ``(n, ...)``, ``n`` may differ between ranks (0 included); ranks with rows
+            must agree on the row shape and dtype.
 
     Returns:
         ``(sum of n, ...)`` on the device of ``values``. Without a process group, ``values``.
+
+    Raises:
+        ValueError: if ``values`` is 0-d, or ranks with rows disagree on their layout.
     """
+    if values.dim() == 0:
+        raise ValueError("values must be (n, ...), got a 0-d tensor")
     if world_size() == 1:
         return values
-    parts = gather_all_tensors(values.to(_comm_device(values.device)))
-    return torch.cat(parts).to(values.device)
+    layouts = _row_layouts(values)
+    shape, dtype = common_row_layout(layouts)
+    counts = [rows for rows, _, _ in layouts]
+    comm = _comm_device(values.device)
+    padded = torch.zeros((max(counts), *shape), dtype=dtype, device=comm)
+    if counts[rank()]:  # an empty placeholder has no rows to copy (and maybe not the shape)
+        padded[: counts[rank()]] = values.to(comm)
+    parts = [torch.empty_like(padded) for _ in counts]
+    if max(counts):
+        dist.all_gather(parts, padded)
+    return torch.cat([part[:n] for part, n in zip(parts, counts)]).to(values.device)
 
 
 def all_gather_rows(index: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
@@ -69,7 +120,8 @@ def all_gather_rows(index: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
 
     Args:
         index: ``(n,)`` int64 dataset indices of this rank's rows.
-        values: ``(n, ...)`` rows (any float/bool dtype), ``n`` may differ between ranks.
+        values: ``(n, ...)`` rows (any float/bool dtype), ``n`` may differ between ranks;
+            a rank without rows may pass a ``(0,)`` placeholder (:func:`all_gather_cat`).
 
     Returns:
         ``(index, values)`` of all ranks (on this rank's device of ``values``), rank 0's
@@ -125,12 +177,37 @@ def rank_sharded_similarity(sim_fn: SimFn, img_emb: Tensor, cap_emb: Tensor, cap
     return place_blocks(blocks, all_gather_cat(flat), n_img, n_cap)
 
 
+def last_occurrences(index: Tensor) -> Tensor:
+    """The position of the last occurrence of every distinct value of ``index``.
+
+    ``out[index] = values`` with a repeated index leaves the winner undefined on CUDA (the
+    writes race); scattering only these positions makes "the last one wins" hold on every
+    device. A stable sort keeps equal values in their original order, so the last of each
+    run of equal sorted values is that value's last occurrence.
+
+    Args:
+        index: ``(n,)`` integer indices.
+
+    Returns:
+        ``(u,)`` int64 positions into ``index``, one per distinct value, ordered by value.
+
+    Example:
+        >>> last_occurrences(torch.tensor([2, 0, 2, 1, 0])).tolist()
+        [4, 3, 2]
+    """
+    ranked, order = torch.sort(index, stable=True)
+    last = torch.ones_like(ranked, dtype=torch.bool)
+    last[:-1] = ranked[1:] != ranked[:-1]
+    return order[last]
+
+
 def gather_by_index(index: Tensor, values: Tensor, num_samples: int) -> Tensor:
     """Scatter every rank's per-sample values into one full ``(N, ...)`` tensor.
 
     A sample computed on several ranks (or twice on one) keeps the value of the last
-    contribution in rank order, which is the same on every rank. Every sample must be
-    covered at least once.
+    contribution in rank order, which is the same on every rank and on every device
+    (:func:`last_occurrences`). Every sample must be covered at least once. A rank that
+    computed nothing may pass ``(0,)`` placeholders (:func:`all_gather_cat`).
 
     Args:
         index: ``(n,)`` dataset indices in ``[0, num_samples)``.
@@ -147,10 +224,12 @@ def gather_by_index(index: Tensor, values: Tensor, num_samples: int) -> Tensor:
     if index.numel() and (int(index.min()) < 0 or int(index.max()) >= num_samples):
         raise ValueError(f"index must lie in [0, {num_samples}), got [{int(index.min())}, "
                          f"{int(index.max())}]")
+    index = index.to(values.device)
     out = torch.zeros((num_samples, *values.shape[1:]), dtype=values.dtype, device=values.device)
     seen = torch.zeros(num_samples, dtype=torch.bool, device=values.device)
-    out[index.to(values.device)] = values
-    seen[index.to(values.device)] = True
+    last = last_occurrences(index)
+    out[index[last]] = values[last]  # unique indices: no write races
+    seen[index] = True
     if not bool(seen.all()):
         raise ValueError(f"{int((~seen).sum())} of {num_samples} samples received no value")
     return out

@@ -120,6 +120,10 @@ def local_values(net: nn.Module, pairs: Dataset, batches: Sequence[np.ndarray], 
 
     Returns:
         ``(index, values)``: ``(n,)`` int64 dataset indices and ``(n, ...)`` values, on ``device``.
+        A rank dealt no batch returns ``(0,)`` placeholders: it cannot know the shape of a
+        value (ReCon's rows have 3 columns, DECL's 4) without running ``fn``, so the gather
+        gives them the other ranks' row shape and dtype
+        (:func:`~ncl.training.distributed.all_gather_cat`).
     """
     index, values = [], []
     loader = iterate(IndexBatches(pairs, batches), num_workers)
