@@ -140,3 +140,53 @@ def test_bench_token_cache_times_the_three_cases_and_checks_the_ids() -> None:
     for label in ("no cache (baseline):", "empty cache        :", "warm cache         :"):
         assert re.search(re.escape(label) + r"\s+\d+\.\d{3} s", out), label
     assert re.search(r"ratio baseline / warm: \d+x; ids identical in all three: True", out)
+
+
+def test_bench_precision_compares_float32_and_bf16_peak_step_pass_and_evaluation() -> None:
+    argv = ("--toy", "--modules", "SGR", "--batches", "4", "--rounds", "1", "--threads", "1",
+            "--peak-n", "64", "--pass-batches", "1", "--pass-batch", "4", "--eval-images", "4",
+            "--eval-shard", "4")
+    out = run_bench("bench_precision", *argv).stdout
+    assert_header(out, "bench_precision", argv)
+    first = out.splitlines()[0]
+    assert re.search(r"torch\.backends\.cpu\.get_cpu_capability\(\) \w+", first)
+    assert re.search(r"torch\.ops\.mkldnn\._is_mkldnn_bf16_supported\(\) (True|False)", first)
+    assert [row[1] for row in table_rows(out, "peak")] == ["fp32", "bf16"]
+    assert re.search(r"matmul peak ratio fp32/bf16 = [\d.]+", out)
+    steps = table_rows(out, "step")
+    assert [row[1:5] for row in steps] == [["SGR", "4", "fp32", "1"], ["SGR", "4", "bf16", "1"]]
+    assert all(row[9].endswith("%") for row in steps)  # share of its own dtype's peak
+    assert re.search(r"SGR batch 4: step time ratio fp32/bf16 = [\d.]+ \(bf16 (faster|slower)", out)
+    assert [row[2] for row in table_rows(out, "pass")] == ["fp32", "bf16"]
+    assert re.search(r"SGR per-sample pass: time ratio fp32/bf16 = [\d.]+", out)
+    evals = {row[2]: row for row in table_rows(out, "eval")}
+    assert list(evals) == ["fp32", "bf16", "bf16-encode"]
+    assert evals["fp32"][6:9] == ["0.00e+00", "100.0%", "100.0%"]  # the reference against itself
+    assert re.search(r"SGR evaluation: time ratio fp32/bf16 = [\d.]+; R@1 change i2t [+-]", out)
+
+
+def test_gpu_check_without_cuda_refuses_in_one_line(tmp_path: Path) -> None:
+    summary = tmp_path / "gpu.md"
+    done = run_bench("gpu_check", "--out", str(summary), check=False)
+    if "no CUDA device" not in done.stderr:
+        pytest.skip("this machine has CUDA: gpu_check runs instead of refusing")
+    assert done.returncode == 2 and done.stdout == "" and not summary.exists()
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("gpu_check: ")
+
+
+def test_gpu_check_allow_cpu_toy_writes_the_markdown_summary(tmp_path: Path) -> None:
+    summary = tmp_path / "gpu.md"
+    run_bench("gpu_check", "--allow-cpu", "--toy", "--modules", "SGR", "--out", str(summary))
+    text = summary.read_text()
+    assert text.startswith("# ncl GPU check\n") and "- device: **" in text
+
+    def cells(first: str) -> list[list[str]]:
+        return [[cell.strip() for cell in line.split("|")[1:-1]] for line in text.splitlines()
+                if line.startswith(f"| {first} |")]
+
+    assert [row[1] for row in cells("SGR")] == ["fp32", "bf16", "fp16", "loop"]
+    assert [row[2] for row in cells("SGR")] == ["chunked 2", "chunked 2", "chunked 2", "loop"]
+    assert [cells(v)[0][0] for v in ("fp32", "bf16", "bf16-encode")] == ["fp32", "bf16",
+                                                                          "bf16-encode"]
+    assert "--trainer.precision bf16-mixed" in text and "- exit status: 0" in text
+    assert re.search(r"- last validation rSum: \d+\.\d", text)
