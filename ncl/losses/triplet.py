@@ -43,7 +43,8 @@ def _margin_tensor(margin: float | Tensor, batch: int, like: Tensor, name: str) 
         raise ValueError(f"`{name}` must be a float or a tensor, got {type(margin).__name__}")
     if not math.isfinite(float(margin)):
         raise ValueError(f"`{name}` must be finite, got {margin}")
-    return torch.tensor(float(margin), device=like.device, dtype=like.dtype)
+    # torch.full, not torch.tensor(value, device=...): no blocking host-to-device copy
+    return torch.full((), float(margin), device=like.device, dtype=like.dtype)
 
 
 def _hinge_pair(sims: Tensor, margin_s: Tensor, margin_im: Tensor) -> tuple[Tensor, Tensor]:

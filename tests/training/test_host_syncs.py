@@ -55,12 +55,12 @@ SGRAF_SYNCS = 1
 LOSS_CHECK_SYNCS = 1
 #: RCL: one SGRAF forward and the loss check.
 RCL_SYNCS = SGRAF_SYNCS + LOSS_CHECK_SYNCS
-#: Syncs of NCR's loss and division helpers (ncl/losses, ncl/division; outside this change):
-#: ``triplet_loss``'s margin made with ``torch.tensor(margin, device=...)`` (warm-up); per
+#: Syncs of NCR's loss and division helpers (ncl/losses, ncl/division): none in warm-up (the
+#: triplet margin is made with ``torch.full``, not ``torch.tensor(margin, device=...)``); per
 #: co-training iteration 10 ``check_finite`` of ``memorization_prediction`` (3 P's) and
 #: ``rectify_*`` (the targets), 3 ``bool(tau <= 0)`` of ``normalize_by_top_fraction`` and 2
 #: ``soft_margin`` label-range checks.
-NCR_HELPER_WARMUP, NCR_HELPER_COTRAIN = 1, 10 + 3 + 2
+NCR_HELPER_WARMUP, NCR_HELPER_COTRAIN = 0, 10 + 3 + 2
 #: NCR warm-up step of one network: one forward, one loss check.
 NCR_WARMUP_SYNCS = SGRAF_SYNCS + LOSS_CHECK_SYNCS + NCR_HELPER_WARMUP
 #: NCR co-training step with the unlabelled loss, two optimiser steps: five forwards
