@@ -244,7 +244,8 @@ class NCR(RetrievalMethod):
             steps = cotrain_plan([c.numpy() for c in clean], dm.batch_size, self.plan_seed, epoch,
                                  with_unlabelled=unlabelled, **where)
         steps = limit_steps(steps, trainer.limit_train_batches)
-        return PlanLoader(StepDataset(pairs, steps), dm.num_workers)
+        return PlanLoader(StepDataset(pairs, steps), dm.num_workers,
+                          pin_memory=self.device.type == "cuda")
 
     # ------------------------------------------------------------------ training
     def training_step(self, batch: dict, batch_idx: int) -> dict[str, Any] | None:

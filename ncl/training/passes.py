@@ -126,7 +126,7 @@ def local_values(net: nn.Module, pairs: Dataset, batches: Sequence[np.ndarray], 
         (:func:`~ncl.training.distributed.all_gather_cat`).
     """
     index, values = [], []
-    loader = iterate(IndexBatches(pairs, batches), num_workers)
+    loader = iterate(IndexBatches(pairs, batches), num_workers, pin_memory=device.type == "cuda")
     for batch in track(loader, description, total=len(batches)):
         batch = to_device(batch, device)
         values.append(fn(net, batch))

@@ -224,10 +224,11 @@ def _identity(item: object) -> object:
     return item
 
 
-def iterate(dataset: Dataset, num_workers: int = 0) -> DataLoader:
-    """A loader that yields ``dataset``'s items in order (each item is already a batch)."""
+def iterate(dataset: Dataset, num_workers: int = 0, pin_memory: bool = False) -> DataLoader:
+    """A loader that yields ``dataset``'s items in order (each item is already a batch);
+    ``pin_memory`` for CUDA (page-locked batches copy to the GPU asynchronously)."""
     return DataLoader(dataset, batch_size=None, shuffle=False, num_workers=num_workers,
-                      collate_fn=_identity)
+                      collate_fn=_identity, pin_memory=pin_memory)
 
 
 class PlanLoader:
@@ -238,11 +239,11 @@ class PlanLoader:
     starts worker processes only when the first batch is requested.
     """
 
-    def __init__(self, dataset: StepDataset, num_workers: int = 0) -> None:
-        self.dataset, self.num_workers = dataset, num_workers
+    def __init__(self, dataset: StepDataset, num_workers: int = 0, pin_memory: bool = False) -> None:
+        self.dataset, self.num_workers, self.pin_memory = dataset, num_workers, pin_memory
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __iter__(self) -> Iterator[dict[str, object]]:
-        yield from iterate(self.dataset, self.num_workers)
+        yield from iterate(self.dataset, self.num_workers, self.pin_memory)

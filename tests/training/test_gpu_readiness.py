@@ -210,3 +210,14 @@ def test_unfold_by_index_is_unfold_then_by_index(seed: int) -> None:
     assert got.shape == expected.shape and torch.equal(got, expected)
     pooled = torch.randn(13, 3, generator=gen)
     assert torch.equal(unfold_by_index(index, *fold(pooled)), by_index(index, pooled))
+
+
+def test_pass_and_plan_loaders_pin_only_for_cuda() -> None:
+    """The per-sample passes' and NCR's plan loaders (``ncl.training.plans.iterate``) pin
+    their batches when asked (on CUDA), never by default."""
+    from ncl.training.plans import PlanLoader, iterate
+
+    data = [{"x": torch.zeros(2)}]
+    assert iterate(data).pin_memory is False
+    assert iterate(data, pin_memory=True).pin_memory is True
+    assert PlanLoader(data).pin_memory is False and PlanLoader(data, pin_memory=True).pin_memory
