@@ -191,8 +191,9 @@ def precision_note(precision: str | None, device_type: str, native_bf16: bool) -
     ``None``.
 
     Without AVX512-BF16/AMX (``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` false) torch
-    multiplies bf16 matrices in an emulated path: 0.3-20 GFLOP/s against 80 in float32 on an
-    AVX2 EPYC (docs/benchmarks/precision.md), so a "faster" setting is 10-100x slower.
+    multiplies bf16 matrices in an emulated path: 0.2-20 GFLOP/s against 45-80 in float32 on an
+    AVX2 EPYC, and an SGRAF training step at official dimensions takes 8-14x as long as in
+    float32 (docs/benchmarks/precision.md): the "faster" setting is much slower.
 
     Args:
         precision: ``trainer.precision`` as Lightning normalised it (``"bf16-mixed"``, ...).
@@ -202,9 +203,9 @@ def precision_note(precision: str | None, device_type: str, native_bf16: bool) -
     if device_type != "cpu" or not str(precision or "").startswith("bf16") or native_bf16:
         return None
     return (f"trainer.precision {precision} on this CPU, which has no bf16 matrix units "
-            f"(no AVX512-BF16/AMX): torch emulates bf16 matrix products there, 10-100x slower "
-            f"than float32 (docs/benchmarks/precision.md); results are correct, but use "
-            f"32-true for speed")
+            f"(no AVX512-BF16/AMX): torch emulates bf16 matrix products there (an SGRAF "
+            f"training step measured 8-14x slower than in float32, "
+            f"docs/benchmarks/precision.md); results are correct, but use 32-true for speed")
 
 
 def batch_size_note(batch_size: int, n_pairs: int, path: Path | None, world_size: int = 1) -> str | None:

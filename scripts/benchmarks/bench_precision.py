@@ -606,8 +606,8 @@ def main(argv: list[str] | None = None) -> None:
     print_header("bench_precision", argv, device_facts(args))
     if args.device == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         print("note: this CPU has no bf16 matrix units (no AVX512-BF16/AMX): torch emulates bf16 "
-              "matrix products, 10-100x slower than float32; shrink the run (--eval-images 100 "
-              "--pass-batches 1) or see docs/benchmarks/precision.md")
+              "matrix products (an SGRAF step measured 8-14x slower than float32); shrink the "
+              "run (--eval-images 100 --pass-batches 1) or see docs/benchmarks/precision.md")
     started = time.perf_counter()
     peaks = measure_peaks(argv, args, args.variants)
     if not args.skip_steps:
