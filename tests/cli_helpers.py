@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import TINY_BACKBONE_ARGS
 
 import ncl.cli as cli
-from helpers import TINY_BACKBONE_ARGS
 
 QUICKSTART = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
 

@@ -8,7 +8,6 @@ square root. Spec 3.1-3.3 give the initialisations.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Iterator
 from contextlib import contextmanager
 

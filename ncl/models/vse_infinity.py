@@ -33,7 +33,12 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ncl.errors import ConfigError
 from ncl.models.gpo import GPO
-from ncl.models.layers import at_least_float32, float32_region, init_linear_uniform, l2norm
+from ncl.models.layers import (
+    at_least_float32,
+    float32_region,
+    init_linear_uniform,
+    l2norm,
+)
 from ncl.models.state_dicts import prepare_state, strip_prefix
 
 #: Size of GPO's positional encodings and of its GRU (hard-wired in the official code).

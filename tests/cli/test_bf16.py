@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from config_override import REPO, tiny_override
 from tiny_runs import METHODS, method_config
 
@@ -82,6 +81,7 @@ def test_float32_matmul_precision_option(tmp_path: Path, synthetic_cache: Path,
     """``--float32_matmul_precision high`` (TF32 on GPUs) reaches torch; a wrong value is a
     parser error (exit 2) naming the option and its choices."""
     from cli_helpers import main_exit, tiny
+
     from ncl.cli import main
 
     monkeypatch.chdir(tmp_path)

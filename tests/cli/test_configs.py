@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from config_override import CONFIGS, TINY_BACKBONE, tiny_override
 
 from ncl.cli import main
-from config_override import CONFIGS, TINY_BACKBONE, tiny_override
 from ncl.compose import merged
 
 
@@ -32,10 +32,10 @@ def test_evaluation_config_tests_official_checkpoints(config: Path, tmp_path: Pa
                                                        monkeypatch: pytest.MonkeyPatch,
                                                        synthetic_cache: Path) -> None:
     """Official-format checkpoints written here are evaluated by ``ncl test``."""
+    from helpers_official import official_checkpoint
+
     from ncl.data.datamodule import SyntheticDataModule
     from ncl.models import SGRAF
-
-    from helpers_official import official_checkpoint
 
     monkeypatch.chdir(tmp_path)
     vocab = SyntheticDataModule(preset="tiny", cache_dir=str(synthetic_cache)).vocab_size

@@ -23,17 +23,24 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from callbacks.ncr_fakes import SgrafPairs, tiny_sgraf
+from helpers import write_split, write_vocab
 from torch import Tensor, nn
 from torch.utils.data.distributed import DistributedSampler
 
-from ncl.data.datamodule import (PrecompDataModule, drop_single_pair_batch, pairs_per_rank,
-                                 pin_memory)
+from ncl.data.datamodule import (
+    PrecompDataModule,
+    drop_single_pair_batch,
+    pairs_per_rank,
+    pin_memory,
+)
 from ncl.division.co_divide import mean_hinge
 from ncl.evaluation.metric import by_index, fold, unfold, unfold_by_index
-from ncl.training.distributed import common_row_layout, gather_by_index, last_occurrences
+from ncl.training.distributed import (
+    common_row_layout,
+    gather_by_index,
+    last_occurrences,
+)
 from ncl.training.passes import deal_batches, per_sample_pass
-
-from helpers import write_split, write_vocab
 
 N_PAIRS, BATCH = 5, 8  # one batch: with two ranks, rank 1 is dealt nothing
 
