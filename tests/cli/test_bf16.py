@@ -20,9 +20,14 @@ ALL = {**METHODS,
        "recon": {"class_path": "ncl.methods.recon.ReCon", "init_args": {"warmup_epochs": 1}}}
 
 
+def ncl(subcommand: str, config: Path, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``python -m ncl.cli SUBCOMMAND --config CONFIG ...`` in ``cwd``."""
+    return subprocess.run([sys.executable, "-m", "ncl.cli", subcommand, "--config", str(config),
+                           *extra], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
 def fit(config: Path, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ncl.cli", "fit", "--config", str(config), *extra],
-                          cwd=cwd, capture_output=True, text=True, timeout=600)
+    return ncl("fit", config, cwd, *extra)
 
 
 def logged_training_values(root: Path) -> list[float]:
@@ -36,7 +41,8 @@ def logged_training_values(root: Path) -> list[float]:
 
 
 @pytest.mark.parametrize("name", sorted(ALL))
-def test_bf16_mixed_trains_and_resumes_in_float32(name: str, tmp_path: Path) -> None:
+def test_bf16_mixed_trains_resumes_and_tests(name: str, tmp_path: Path) -> None:
+    """bf16 epoch, a float32 resume, then ``ncl test`` of the last checkpoint in bf16."""
     config = method_config(tmp_path / name, tmp_path / "cache", ALL[name], max_epochs=1, steps=4)
     first = fit(config, tmp_path, "--trainer.precision=bf16-mixed")
     assert first.returncode == 0, first.stderr[-3000:]
@@ -46,6 +52,9 @@ def test_bf16_mixed_trains_and_resumes_in_float32(name: str, tmp_path: Path) -> 
                   "--ckpt_path=last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "epoch 1 validation" in resumed.stdout
+    tested = ncl("test", config, tmp_path, "--trainer.precision=bf16-mixed", "--ckpt_path=last")
+    assert tested.returncode == 0, tested.stderr[-3000:]
+    assert "rSum" in tested.stdout, tested.stdout[-2000:]
 
 
 # Every backbone and similarity strategy, from the shipped configs (tiny data and dims as
