@@ -1,0 +1,237 @@
+"""The noise registry (issue 27, ``ncl data noise``): the format-independent pairing digest,
+identifying published files (RCL's image-level and L2RM's caption-level F30K files are one
+pairing), and converting between the two formats."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ncl.data.noise import make_noise
+from ncl.data.noise_registry import (
+    REGISTRY,
+    TRAIN_COUNTS,
+    caption_to_image,
+    convert,
+    counts_for_length,
+    entries_with_pairing,
+    entry,
+    identify,
+    pairing_digest,
+    pairing_name,
+    seeded_pairing_digest,
+)
+from ncl.errors import DataError
+from ncl.io import sha256_file
+
+F30K_SHARED_RATIOS = (0.2, 0.4, 0.6, 0.8)  # the ratios both RCL and L2RM published
+RCL_RATIOS = (0.2, 0.4, 0.5, 0.6, 0.8)
+# A tiny training split: 6 images with 5 captions each.
+N_IMG, N_CAP = 6, 30
+TINY_PERM = np.array([0, 2, 1, 3, 5, 4], dtype=np.int64)  # images 1,2 and 4,5 swap captions
+
+
+def _save(path: Path, array: np.ndarray) -> Path:
+    """``np.save`` under the exact name (returns the path for chaining)."""
+    with open(path, "wb") as handle:
+        np.save(handle, array)
+    return path
+
+
+def _rcl_path(shared: Path, dataset: str, ratio: float) -> Path:
+    return shared / "noise_index" / "rcl" / dataset / f"noise_inx_{ratio:g}.npy"
+
+
+def _l2rm_path(shared: Path, ratio: float) -> Path:
+    return shared / "noise_index" / "l2rm" / "f30k_precomp" / f"f30k_precomp_{ratio:g}.npy"
+
+
+# ---------------------------------------------------------------------------- the digest
+def test_digest_is_the_sha256_of_the_caption_level_int64_bytes() -> None:
+    expected = hashlib.sha256(np.repeat(TINY_PERM, 5).astype("<i8").tobytes()).hexdigest()
+    assert pairing_digest(np.repeat(TINY_PERM, 5)) == expected
+
+
+def test_digest_ignores_dtype_byte_order_and_memory_layout() -> None:
+    # A file saved as int32 or big-endian, or a strided view, defines the same pairing.
+    cap2img = np.repeat(TINY_PERM, 5)
+    digest = pairing_digest(cap2img)
+    assert pairing_digest(cap2img.astype(np.int32)) == digest
+    assert pairing_digest(cap2img.astype(">i8")) == digest
+    assert pairing_digest(np.repeat(cap2img, 2)[::2]) == digest
+
+
+def test_digest_changes_with_any_caption() -> None:
+    cap2img = np.repeat(TINY_PERM, 5)
+    swapped = cap2img.copy()
+    swapped[[0, 29]] = swapped[[29, 0]]  # the same multiset of images, two captions exchanged
+    assert pairing_digest(swapped) != pairing_digest(cap2img)
+
+
+def test_image_level_file_and_its_repeat_have_one_digest(tmp_path: Path) -> None:
+    image_file = _save(tmp_path / "image.npy", TINY_PERM)
+    caption_file = _save(tmp_path / "caption.npy", np.repeat(TINY_PERM, 5))
+    image_id, caption_id = identify(image_file, N_IMG, N_CAP), identify(caption_file, N_IMG, N_CAP)
+    assert (image_id.format, caption_id.format) == ("image", "caption")
+    assert image_id.file_sha256 != caption_id.file_sha256
+    assert image_id.pairing_sha256 == caption_id.pairing_sha256 == \
+        pairing_digest(np.repeat(TINY_PERM, 5))
+    assert image_id.noise_rate == caption_id.noise_rate == pytest.approx(4 / 6)
+
+
+def test_seeded_digest_matches_the_generated_noise() -> None:
+    # What an NCR run with a recorded seed would have drawn (spec 2.1), without a file.
+    noise = make_noise(N_IMG, N_CAP, "caption", 0.5, seed=3)
+    assert seeded_pairing_digest("caption", N_IMG, N_CAP, 0.5, 3) == pairing_digest(noise.cap2img)
+    noise = make_noise(N_IMG, N_CAP, "image", 0.5, seed=3)
+    assert seeded_pairing_digest("image", N_IMG, N_CAP, 0.5, 3) == pairing_digest(noise.cap2img)
+
+
+# ------------------------------------------------------------------------------ identify
+def test_an_unknown_file_is_new(tmp_path: Path) -> None:
+    found = identify(_save(tmp_path / "mine.npy", TINY_PERM), N_IMG, N_CAP)
+    assert found.is_new and found.matches == () and found.pairing_name == "new"
+    assert found.summary()["pairing_name"] == "new"
+    assert pairing_name(found.pairing_sha256) == "new"
+
+
+def test_an_unknown_full_size_f30k_pairing_is_new(tmp_path: Path) -> None:
+    # Same dataset, size and ratio as a published file, but another draw.
+    n_images, n_captions = TRAIN_COUNTS["f30k_precomp"]
+    noise = make_noise(n_images, n_captions, "image", 0.2, seed=0)
+    found = identify(_save(tmp_path / "noise_inx_0.2.npy", noise.array), n_images, n_captions)
+    assert found.is_new
+
+
+def test_identify_refuses_a_file_of_the_wrong_length(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="length 7"):
+        identify(_save(tmp_path / "bad.npy", np.arange(7)), N_IMG, N_CAP)
+
+
+# ------------------------------------------------------------------------------- convert
+def test_convert_round_trips(tmp_path: Path) -> None:
+    image_file = _save(tmp_path / "image.npy", TINY_PERM)
+    caption_file = convert(image_file, tmp_path / "caption.npy", "caption", N_IMG, N_CAP)
+    assert np.array_equal(np.load(caption_file), np.repeat(TINY_PERM, 5))
+    back = convert(caption_file, tmp_path / "back.npy", "image", N_IMG, N_CAP)
+    assert sha256_file(back) == sha256_file(image_file)  # the same bytes, not only the values
+    assert identify(back, N_IMG, N_CAP).pairing_sha256 == \
+        identify(caption_file, N_IMG, N_CAP).pairing_sha256
+
+
+def test_a_split_image_refuses_conversion(tmp_path: Path) -> None:
+    cap2img = np.repeat(TINY_PERM, 5)
+    cap2img[12] = 0  # one caption of image 2 (captions 10-14) moves alone: NCR's kind of noise
+    caption_file = _save(tmp_path / "ncr_style.npy", cap2img)
+    out = tmp_path / "image.npy"
+    with pytest.raises(DataError) as err:
+        convert(caption_file, out, "image", N_IMG, N_CAP)
+    message = str(err.value)
+    assert str(caption_file) in message and "image 2 " in message and "captions 10-14" in message
+    assert not out.exists() and list(tmp_path.iterdir()) == [caption_file]  # nothing written
+
+
+def test_caption_to_image_names_the_first_split_image() -> None:
+    cap2img = np.repeat(TINY_PERM, 5)
+    cap2img[[27, 8]] = 0  # images 5 and 1 are split; 1 comes first
+    with pytest.raises(DataError, match=r"image 1 .*2 image\(s\)"):
+        caption_to_image(cap2img, 5)
+
+
+def test_convert_does_not_overwrite_unless_asked(tmp_path: Path) -> None:
+    image_file = _save(tmp_path / "image.npy", TINY_PERM)
+    out = _save(tmp_path / "taken.npy", np.arange(3))
+    with pytest.raises(DataError, match="exists"):
+        convert(image_file, out, "caption", N_IMG, N_CAP)
+    assert np.array_equal(np.load(out), np.arange(3))
+    convert(image_file, out, "caption", N_IMG, N_CAP, overwrite=True)
+    assert len(np.load(out)) == N_CAP
+
+
+def test_convert_rejects_an_unknown_format(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="to_format"):
+        convert(_save(tmp_path / "a.npy", TINY_PERM), tmp_path / "b.npy", "none", N_IMG, N_CAP)
+
+
+# ---------------------------------------------------------------------- the registry data
+def test_registry_entries_are_consistent() -> None:
+    names = [e.name for e in REGISTRY]
+    assert len(names) == len(set(names)) == 14
+    for item in REGISTRY:
+        n_images, n_captions = TRAIN_COUNTS[item.dataset]
+        assert item.entries == (n_images if item.format == "image" else n_captions)
+        assert item.papers and item.source
+        assert entry(item.name) is item
+
+
+@pytest.mark.parametrize("ratio", F30K_SHARED_RATIOS)
+def test_l2rm_and_rcl_entries_share_the_pairing(ratio: float) -> None:
+    rcl, l2rm = entry(f"rcl/f30k/{ratio:g}"), entry(f"l2rm/f30k/{ratio:g}")
+    assert rcl.pairing_sha256 == l2rm.pairing_sha256
+    assert rcl.file_sha256 != l2rm.file_sha256
+    assert entries_with_pairing(rcl.pairing_sha256) == (rcl, l2rm)
+    assert pairing_name(rcl.pairing_sha256) == f"rcl/f30k/{ratio:g} = l2rm/f30k/{ratio:g}"
+
+
+def test_ratios_give_distinct_pairings() -> None:
+    assert len({e.pairing_sha256 for e in REGISTRY}) == 10  # 5 RCL F30K + 5 RCL COCO
+
+
+def test_counts_for_length() -> None:
+    assert counts_for_length(29_000) == ("f30k_precomp", 29_000, 145_000)
+    assert counts_for_length(566_435) == ("coco_precomp", 113_287, 566_435)
+    assert counts_for_length(12) is None
+
+
+# ------------------------------------------------------------------ the real shared files
+@pytest.mark.parametrize("ratio", F30K_SHARED_RATIOS)
+def test_real_rcl_and_l2rm_files_are_one_registered_pairing(shared_data: Path, ratio: float) -> None:
+    n_images, n_captions = TRAIN_COUNTS["f30k_precomp"]
+    rcl = identify(_rcl_path(shared_data, "f30k_precomp", ratio), n_images, n_captions)
+    l2rm = identify(_l2rm_path(shared_data, ratio), n_images, n_captions)
+    assert (rcl.format, l2rm.format) == ("image", "caption")
+    assert rcl.pairing_sha256 == l2rm.pairing_sha256
+    assert rcl.pairing_name == l2rm.pairing_name == f"rcl/f30k/{ratio:g} = l2rm/f30k/{ratio:g}"
+    assert rcl.file_sha256 == entry(f"rcl/f30k/{ratio:g}").file_sha256
+    assert l2rm.file_sha256 == entry(f"l2rm/f30k/{ratio:g}").file_sha256
+    assert [m.name for m in rcl.same_file] == [f"rcl/f30k/{ratio:g}"]
+    assert rcl.noise_rate == l2rm.noise_rate == pytest.approx(ratio, abs=1e-3)
+
+
+@pytest.mark.parametrize("dataset", ["f30k_precomp", "coco_precomp"])
+@pytest.mark.parametrize("ratio", RCL_RATIOS)
+def test_real_rcl_files_match_the_registry(shared_data: Path, dataset: str, ratio: float) -> None:
+    n_images, n_captions = TRAIN_COUNTS[dataset]
+    found = identify(_rcl_path(shared_data, dataset, ratio), n_images, n_captions)
+    name = f"rcl/{dataset.removesuffix('_precomp')}/{ratio:g}"
+    assert found.file_sha256 == entry(name).file_sha256
+    assert found.pairing_sha256 == entry(name).pairing_sha256
+    assert name in found.pairing_name.split(" = ")
+
+
+def test_converting_a_real_l2rm_file_gives_rcls_bytes(shared_data: Path, tmp_path: Path) -> None:
+    # Both releases are int64 np.save files, so a conversion reproduces the other file exactly.
+    n_images, n_captions = TRAIN_COUNTS["f30k_precomp"]
+    out = convert(_l2rm_path(shared_data, 0.6), tmp_path / "noise_inx_0.6.npy", "image",
+                  n_images, n_captions)
+    assert sha256_file(out) == entry("rcl/f30k/0.6").file_sha256
+    out = convert(_rcl_path(shared_data, "f30k_precomp", 0.6), tmp_path / "f30k_precomp_0.6.npy",
+                  "caption", n_images, n_captions)
+    assert sha256_file(out) == entry("l2rm/f30k/0.6").file_sha256
+
+
+def test_the_digest_script_reproduces_the_registry(shared_data: Path) -> None:
+    # The stored table is what scripts/noise_registry_digests.py computes from the files.
+    script = Path(__file__).resolve().parents[2] / "scripts" / "noise_registry_digests.py"
+    spec = importlib.util.spec_from_file_location("noise_registry_digests", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = module.collect(shared_data / "noise_index")
+    assert rows == [(e.name, e.dataset, e.ratio, e.format, e.entries, e.file_name,
+                     e.file_sha256, e.pairing_sha256) for e in REGISTRY]
+    assert module.pairing_conflicts(rows) == []
