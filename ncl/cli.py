@@ -3,6 +3,8 @@
 ``ncl fit | validate | test | predict --config FILE [--config FILE ...] [--key value ...]``;
 ``ncl predict ... --out FILE`` ranks a split's pairs by how likely they are mismatched
 (:mod:`ncl.predict`).
+``ncl data noise list|identify|convert`` and ``ncl data check`` inspect data and noise files
+(:mod:`ncl.data_cli`); they are handled before LightningCLI.
 Methods (``model``) and DataModules (``data``) are chosen by ``class_path`` in YAML; the
 resolved config is saved as ``config.yaml`` in every run directory. User errors end with one
 ``ncl: error:`` line and exit status 2.
@@ -41,10 +43,23 @@ def _root_cause(err: BaseException) -> BaseException:
     return err
 
 
+def _run_data(argv: list[str]) -> None:
+    """``ncl data ...`` (:mod:`ncl.data_cli`); exits with its status when it is not 0."""
+    from ncl.data_cli import main as data_main  # imported here: fit/test never need it
+
+    status = data_main(argv)
+    if status:
+        raise SystemExit(status)
+
+
 def main(args: Sequence[str] | None = None) -> None:
     """Console entry point. User errors end with one message and exit status 2."""
     configure_console()
-    subcommand = _subcommand_of(list(args) if args is not None else sys.argv[1:])
+    argv = list(args) if args is not None else sys.argv[1:]
+    if argv[:1] == ["data"]:  # file tools, not a Lightning run: no trainer, config or run folder
+        _run_data(argv[1:])
+        return
+    subcommand = _subcommand_of(argv)
     if subcommand in UNAVAILABLE:  # before any parsing, trainer or run folder
         print(f"ncl: error: {UNAVAILABLE[subcommand]}", file=sys.stderr)
         raise SystemExit(2)

@@ -18,6 +18,7 @@ from ncl.data.augment import Augmentation
 from ncl.data.datasets import CaptionDataset, EpochBatchSampler, ImageDataset, PairDataset, collate
 from ncl.data.noise import (Noise, NoiseType, check_ratio, make_noise, ratio_mismatch,
                             resolve_noise_file)
+from ncl.data.noise_registry import pairing_digest, pairing_name
 from ncl.data.precomp import NanCheck, PrecompSplit, load_split
 from ncl.data.samplers import EpochShuffleSampler, global_seed, loader_generator
 from ncl.data.vocab import Vocabulary, load_vocabulary
@@ -292,11 +293,20 @@ class PrecompDataModule(L.LightningDataModule):
             warnings.warn(note, NclWarning, stacklevel=2)
 
     def noise_hparams(self) -> dict[str, object]:
-        """The noise actually used (after ``setup("fit")``): SHA-256, rate, format, file."""
+        """The noise actually used (after ``setup("fit")``): SHA-256, rate, format, file, and
+        the pairing it gives (issue 27).
+
+        ``noise_sha256`` names the *file*, which differs between two formats of one pairing
+        (RCL's image-level and L2RM's caption-level F30K files); ``noise_pairing_digest``
+        does not, so two runs on the same noise can be recognised, and ``noise_pairing`` is
+        its registry name (``"rcl/f30k/0.2 = l2rm/f30k/0.2"``) or ``"new"``.
+        """
         if self.noise is None:
             return {}
+        digest = pairing_digest(self.noise.cap2img)
         return {"noise_sha256": self.noise.sha256, "noise_rate": round(self.noise.noise_rate, 6),
-                "noise_format": self.noise.format, "noise_source": str(self.noise.source)}
+                "noise_format": self.noise.format, "noise_source": str(self.noise.source),
+                "noise_pairing_digest": digest, "noise_pairing": pairing_name(digest)}
 
     @property
     def hparams_initial(self) -> AttributeDict:
