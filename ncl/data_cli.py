@@ -5,6 +5,8 @@
 ``ncl data noise convert FILE OUT --to F``   the same pairing in the other file format
 ``ncl data check --data_root DIR --dataset NAME [--full]``
                                              is a dataset folder usable (ncl.data.layout_check)
+``ncl data get URL [URL ...] --out DIR [--sha256 HEX] [--size BYTES] [--unpack]``
+                                             a resumable, checked download (ncl.data.download)
 
 :func:`ncl.cli.main` hands the words after ``data`` here before LightningCLI sees them: these
 commands read files and print, they build no trainer, model or run folder. Like the rest of
@@ -74,7 +76,7 @@ def _split_options(parser: argparse.ArgumentParser) -> None:
 def _build_parser() -> _Parser:
     """``ncl data`` and its subcommands; each leaf stores its handler as ``run``."""
     parser = _Parser(prog="ncl data", description="Check the data and know the noise files.")
-    commands = parser.add_subparsers(dest="command", metavar="{noise,check}", required=True)
+    commands = parser.add_subparsers(dest="command", metavar="{noise,check,get}", required=True)
 
     noise = commands.add_parser("noise", help="the registry of published noise-index files",
                                 description="The published noise-index files ncl knows, and "
@@ -117,7 +119,42 @@ def _build_parser() -> _Parser:
     check.add_argument("--full", action="store_true",
                        help="scan every feature for NaN/Inf (default: a sample)")
     check.set_defaults(run=_run_check)
+    _add_get(commands)
     return parser
+
+
+def _add_get(commands: argparse._SubParsersAction) -> None:
+    """``ncl data get``: its own function, the options being many and self-contained."""
+    get = commands.add_parser(
+        "get", help="download (and unpack) a dataset archive, resumably",
+        description="Download a file to DIR/<name>.part, resuming an earlier partial download "
+                    "with an HTTP Range request, check its size and SHA-256, then rename it to "
+                    "DIR/<name>. Several URLs are mirrors of the same file, tried in order.")
+    get.add_argument("urls", metavar="URL", nargs="+", help="the file's URL, then any mirrors")
+    get.add_argument("--out", required=True, type=Path, metavar="DIR",
+                     help="the folder receiving the file (and what --unpack extracts)")
+    get.add_argument("--sha256", metavar="HEX", type=_sha256_hex,
+                     help="expected SHA-256 of the file")
+    get.add_argument("--size", metavar="BYTES", type=_non_negative, help="expected size")
+    get.add_argument("--unpack", action="store_true",
+                     help="extract the .tar/.tar.gz/.zip into DIR once it is checked")
+    get.add_argument("--retries", metavar="N", type=_non_negative, default=3,
+                     help="extra attempts per mirror after a dropped connection (default 3)")
+    get.set_defaults(run=_run_get)
+
+
+def _sha256_hex(text: str) -> str:
+    """A 64-digit hex SHA-256 (lower-cased), else an argparse error."""
+    if len(text) != 64 or any(c not in "0123456789abcdefABCDEF" for c in text):
+        raise argparse.ArgumentTypeError(f"expected 64 hex digits, got {text!r}")
+    return text.lower()
+
+
+def _non_negative(text: str) -> int:
+    """An integer >= 0, else an argparse error."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
 
 
 # ------------------------------------------------------------------- the training split
@@ -269,6 +306,22 @@ def _run_check(args: argparse.Namespace) -> int:
     for problem in report.problems:
         _print_error(problem)
     return USAGE_ERROR if report.problems else 0
+
+
+# -------------------------------------------------------------------------- data get
+def _run_get(args: argparse.Namespace) -> int:
+    """``ncl data get``: download, check, optionally unpack; print what is now in DIR."""
+    from ncl.data import download as dl  # imported here: the other commands never need it
+
+    name = dl.file_name(args.urls[0])
+    path = dl.download(args.urls, args.out, sha256=args.sha256, size=args.size,
+                       retries=args.retries, progress=dl.terminal_progress(name))
+    print(f"downloaded {path} ({path.stat().st_size} bytes"
+          f"{', sha256 checked' if args.sha256 else ''})")
+    if args.unpack:
+        for entry in dl.unpack(path, args.out):
+            print(f"unpacked {entry}{os.sep if entry.is_dir() else ''}")
+    return 0
 
 
 # ------------------------------------------------------------------------------ main
