@@ -257,3 +257,21 @@ def test_a_run_records_its_pairing_in_the_logged_hyperparameters(capsys, monkeyp
     assert logged["noise_pairing_digest"] == pairing_digest(cap2img)
     assert logged["noise_pairing"] == "new"  # a seed-drawn tiny pairing is no published file
     assert {"noise_sha256", "noise_rate", "noise_format", "noise_source"} <= set(logged)
+
+
+# ---------------------------------------------------------------- check, on real layouts
+def test_check_of_a_real_layout_through_the_cli(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    """The real ``check_layout`` behind ``ncl data check``: a good synthetic layout is exit 0
+    with one row per split; with a split's captions removed it is one error line naming the
+    file, exit 2."""
+    from ncl.data.synthetic import generate, preset
+
+    generate(tmp_path, preset("tiny"), name="synthetic_precomp")
+    out = run_ok(capsys, "data", "check", "--data_root", str(tmp_path),
+                 "--dataset", "synthetic_precomp")
+    assert all(split in out for split in ("train", "dev", "test"))
+    (tmp_path / "synthetic_precomp" / "dev_caps.txt").unlink()
+    err = main_exit(capsys, "data", "check", "--data_root", str(tmp_path),
+                    "--dataset", "synthetic_precomp")
+    lines = error_lines(err)
+    assert len(lines) == 1 and "dev_caps.txt" in lines[0], err
