@@ -333,12 +333,16 @@ class PrecompDataModule(L.LightningDataModule):
         return Path(trainer.log_dir or trainer.default_root_dir)
 
     def _save_noise(self) -> None:
-        """Write the noise indices and their SHA-256 into the run directory (rank 0), never
-        over the noise record a run started with (:func:`ncl.run_record.save_noise_record`)."""
+        """Write the noise indices, their SHA-256 and their pairing (digest and registry name)
+        into the run directory (rank 0), never over the noise record a run started with
+        (:func:`ncl.run_record.save_noise_record`)."""
         out, trainer = self.run_dir(), getattr(self, "trainer", None)
         if out is None or self.noise is None or not trainer.is_global_zero:
             return
-        save_noise_record(out, self.noise.array, self.noise.summary())
+        hparams = self.noise_hparams()  # the pairing too: noise.json names the published file
+        summary = {**self.noise.summary(), "pairing_digest": hparams["noise_pairing_digest"],
+                   "pairing": hparams["noise_pairing"]}
+        save_noise_record(out, self.noise.array, summary)
 
     # ----------------------------------------------------------------- loaders
     def _loader(self, dataset: torch.utils.data.Dataset, batch_size: int, shuffle: bool,

@@ -3,6 +3,7 @@ convert, the hook of ``ncl data check``, one-line user errors, and the pairing a
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 from dataclasses import dataclass, field
@@ -257,6 +258,9 @@ def test_a_run_records_its_pairing_in_the_logged_hyperparameters(capsys, monkeyp
     assert logged["noise_pairing_digest"] == pairing_digest(cap2img)
     assert logged["noise_pairing"] == "new"  # a seed-drawn tiny pairing is no published file
     assert {"noise_sha256", "noise_rate", "noise_format", "noise_source"} <= set(logged)
+    record = json.loads((hparams.parent / "noise.json").read_text())  # the run folder's record
+    assert record["pairing_digest"] == logged["noise_pairing_digest"]
+    assert record["pairing"] == "new"
 
 
 # ---------------------------------------------------------------- check, on real layouts
