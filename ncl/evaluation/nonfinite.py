@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from ncl.data.precomp import nonfinite_rows as nonfinite_feature_block
 from ncl.errors import DataError, TrainingError
+from ncl.training.distributed import any_rank
 
 
 @dataclass(frozen=True)
@@ -145,19 +145,6 @@ def check_finite_loss(loss: Tensor, trainer: Any, owner: str, global_step: int, 
         local_bad = not bool(torch.isfinite(loss.detach()).all())  # only on the way out
         raise TrainingError(diverged_message(owner, loss, global_step, epoch, local_bad,
                                              unchecked_training_features(trainer)))
-
-
-def any_rank(flag: Tensor) -> Tensor:
-    """``flag`` (a 0-dim bool) OR-ed over the ranks of the default group, on the device.
-
-    One all-reduce of the flag where it is (NCCL) or on the host (gloo moves host tensors);
-    unlike ``strategy.reduce_boolean_decision`` no host copy before it and no barrier.
-    """
-    value = flag.to(torch.int32)
-    if dist.get_backend() != "nccl":
-        value = value.cpu()
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return value > 0
 
 
 def unchecked_training_features(trainer: Any) -> str | None:

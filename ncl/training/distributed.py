@@ -44,6 +44,18 @@ def _comm_device(device: torch.device) -> torch.device:
     return torch.device("cpu")
 
 
+def any_rank(flag: Tensor) -> Tensor:
+    """``flag`` (a 0-dim bool) OR-ed over the ranks of the default group.
+
+    One all-reduce of the flag on the backend's device (the flag's own CUDA device under
+    NCCL: no host copy); unlike ``strategy.reduce_boolean_decision`` no barrier either.
+    Returns a 0-dim bool on the backend's device.
+    """
+    value = flag.to(device=_comm_device(flag.device), dtype=torch.int32)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return value > 0
+
+
 #: One rank's rows as :func:`all_gather_cat` sees them: (number of rows, shape of a row, dtype).
 RowLayout = tuple[int, tuple[int, ...], torch.dtype]
 
