@@ -3,8 +3,9 @@
 ``ncl fit | validate | test | predict --config FILE [--config FILE ...] [--key value ...]``;
 ``ncl predict ... --out FILE`` ranks a split's pairs by how likely they are mismatched
 (:mod:`ncl.predict`).
-``ncl data noise list|identify|convert`` and ``ncl data check`` inspect data and noise files
-(:mod:`ncl.data_cli`); they are handled before LightningCLI.
+``ncl data noise list|identify|convert``, ``ncl data check`` and ``ncl data get`` inspect
+data and noise files and download archives (:mod:`ncl.data_cli`); they are handled before
+LightningCLI.
 Methods (``model``) and DataModules (``data``) are chosen by ``class_path`` in YAML; the
 resolved config is saved as ``config.yaml`` in every run directory. User errors end with one
 ``ncl: error:`` line and exit status 2.

@@ -3,7 +3,7 @@
 ``ncl data noise list``                      the registry of published noise-index files
 ``ncl data noise identify FILE``             which published pairing a file gives, or "new"
 ``ncl data noise convert FILE OUT --to F``   the same pairing in the other file format
-``ncl data check --data_root DIR --dataset NAME [--full]``
+``ncl data check --data_root DIR --dataset NAME [--full] [--config FILE ...]``
                                              is a dataset folder usable (ncl.data.layout_check)
 ``ncl data get URL [URL ...] --out DIR [--sha256 HEX] [--size BYTES] [--unpack]``
                                              a resumable, checked download (ncl.data.download)
@@ -118,6 +118,11 @@ def _build_parser() -> _Parser:
                        help="f30k_precomp, coco_precomp or cc152k_precomp")
     check.add_argument("--full", action="store_true",
                        help="scan every feature for NaN/Inf (default: a sample)")
+    check.add_argument("--config", type=Path, nargs="+", action="extend", default=[],
+                       metavar="FILE", dest="configs",
+                       help="configs whose noise files must be present and valid (the files "
+                            "named as published noise files in the dataset folder are "
+                            "always checked)")
     check.set_defaults(run=_run_check)
     _add_get(commands)
     return parser
@@ -299,8 +304,13 @@ def _load_layout_check() -> Callable[..., object]:
 def _run_check(args: argparse.Namespace) -> int:
     """``ncl data check``: the report's table and warnings; one error line per problem."""
     check_layout = _load_layout_check()
-    report = check_layout(args.data_root, args.dataset, full_scan=args.full)
+    report = check_layout(args.data_root, args.dataset, full_scan=args.full,
+                          configs=args.configs)
     print(report.table())
+    if report.noise_files:
+        print("\nnoise files:")
+        for line in report.noise_files:
+            print(f"  {line}")
     for warning in report.warnings:
         print(f"ncl: warning: {warning}", file=sys.stderr)
     for problem in report.problems:

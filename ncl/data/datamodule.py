@@ -9,22 +9,35 @@ from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
-from lightning.pytorch.utilities.parsing import AttributeDict
 import numpy as np
 import torch
+from lightning.pytorch.utilities.parsing import AttributeDict
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
 from ncl.data.augment import Augmentation
-from ncl.data.datasets import CaptionDataset, EpochBatchSampler, ImageDataset, PairDataset, collate
-from ncl.data.noise import (Noise, NoiseType, check_ratio, make_noise, ratio_mismatch,
-                            resolve_noise_file)
+from ncl.data.datasets import (
+    CaptionDataset,
+    EpochBatchSampler,
+    ImageDataset,
+    PairDataset,
+    collate,
+)
+from ncl.data.noise import (
+    Noise,
+    NoiseType,
+    check_ratio,
+    make_noise,
+    ratio_mismatch,
+    resolve_noise_file,
+)
 from ncl.data.noise_registry import pairing_digest, pairing_name
 from ncl.data.precomp import NanCheck, PrecompSplit, load_split
 from ncl.data.samplers import EpochShuffleSampler, global_seed, loader_generator
 from ncl.data.vocab import Vocabulary, load_vocabulary
 from ncl.errors import ConfigError, DataError, NclWarning
 from ncl.input_checks import batch_size_note
-from ncl.predict import SPLITS as PREDICT_SPLITS, ScoringBatchSampler
+from ncl.predict import SPLITS as PREDICT_SPLITS
+from ncl.predict import ScoringBatchSampler
 from ncl.run_record import save_noise_record
 
 Protocol = Literal["1k", "5fold1k", "5k"]
@@ -34,6 +47,9 @@ DATA_HINT = ("see the README section 'Preparing the datasets' for where to downl
              "precomputed features and vocabularies and how to lay them out")
 #: Datasets whose stored pairs are noisy already (web-crawled): their clean pairs are unknown.
 REAL_NOISE_PREFIXES = ("cc152k",)
+#: What a checkpoint keeps of its training noise (``state_dict``) for ``ncl test`` to report.
+TRAINING_NOISE_KEYS = ("noise_sha256", "noise_rate", "noise_format", "noise_pairing_digest",
+                       "noise_pairing")
 
 
 def real_noise_default(data_name: str) -> bool:
@@ -186,6 +202,10 @@ class PrecompDataModule(L.LightningDataModule):
         self.val_data: PrecompSplit | None = None
         self.test_data: PrecompSplit | None = None
         self.noise: Noise | None = None
+        self._noise_record: tuple[Noise, dict[str, object]] | None = None  # noise_hparams' cache
+        # The noise of the run a restored checkpoint was trained on (load_state_dict), which
+        # ``ncl test`` writes into test_results.json; empty when unknown.
+        self.trained_noise: dict[str, Any] = {}
         self._train_plan: TrainPlan | None = None
         self.shuffle_seed: int | None = None  # seed_everything's value at the first epoch
         # What predict_dataloader serves (use_predict_split), and that split once loaded.
@@ -299,14 +319,20 @@ class PrecompDataModule(L.LightningDataModule):
         ``noise_sha256`` names the *file*, which differs between two formats of one pairing
         (RCL's image-level and L2RM's caption-level F30K files); ``noise_pairing_digest``
         does not, so two runs on the same noise can be recognised, and ``noise_pairing`` is
-        its registry name (``"rcl/f30k/0.2 = l2rm/f30k/0.2"``) or ``"new"``.
+        its registry name (``"rcl/f30k/0.2 = l2rm/f30k/0.2"``), ``"clean"`` when no caption is
+        moved, or ``"new"``. Computed once (the noise is fixed after ``setup``).
         """
         if self.noise is None:
             return {}
-        digest = pairing_digest(self.noise.cap2img)
-        return {"noise_sha256": self.noise.sha256, "noise_rate": round(self.noise.noise_rate, 6),
-                "noise_format": self.noise.format, "noise_source": str(self.noise.source),
-                "noise_pairing_digest": digest, "noise_pairing": pairing_name(digest)}
+        if self._noise_record is None or self._noise_record[0] is not self.noise:
+            digest = pairing_digest(self.noise.cap2img)
+            record = {"noise_sha256": self.noise.sha256,
+                      "noise_rate": round(self.noise.noise_rate, 6),
+                      "noise_format": self.noise.format, "noise_source": str(self.noise.source),
+                      "noise_pairing_digest": digest,
+                      "noise_pairing": pairing_name(digest, self.noise.noise_rate)}
+            self._noise_record = (self.noise, record)
+        return dict(self._noise_record[1])
 
     @property
     def hparams_initial(self) -> AttributeDict:
@@ -442,12 +468,26 @@ class PrecompDataModule(L.LightningDataModule):
                           batch_sampler=EpochBatchSampler(sampler, self.batch_size, drop_last, epoch))
 
     def state_dict(self) -> dict[str, Any]:
-        """The shuffle seed actually used, so that a resumed run keeps it."""
-        return {"shuffle_seed": self.shuffle_seed}
+        """The shuffle seed actually used, so that a resumed run keeps it, and the training
+        noise (SHA-256, pairing digest and registry name), so that ``ncl test`` of the
+        checkpoint can say in ``test_results.json`` what noise the model was trained on."""
+        state: dict[str, Any] = {"shuffle_seed": self.shuffle_seed}
+        noise = self.training_noise()
+        if noise:
+            state["training_noise"] = noise
+        return state
+
+    def training_noise(self) -> dict[str, Any]:
+        """:data:`TRAINING_NOISE_KEYS` of the noise this run trains on (after ``setup("fit")``)
+        or of the run whose checkpoint was restored; empty when neither is known."""
+        noise = self.noise_hparams() or self.trained_noise
+        return {k: noise[k] for k in TRAINING_NOISE_KEYS if k in noise}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict.get("shuffle_seed") is not None:
             self.shuffle_seed = int(state_dict["shuffle_seed"])
+        # Absent from checkpoints written before issue 27: nothing is claimed then.
+        self.trained_noise = dict(state_dict.get("training_noise") or {})
 
     def eval_loaders(self, split: PrecompSplit) -> list[DataLoader]:
         """``[images, captions]`` loaders: each image and each caption encoded once."""

@@ -18,12 +18,13 @@ The function is pure: it prints nothing and needs no Lightning; the CLI renders
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from ncl.data.noise_check import check_noise_files
 from ncl.data.precomp import (
     SCAN_CHUNK_BYTES,
     SPLITS,
@@ -107,6 +108,7 @@ class LayoutReport:
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     rows: list[SplitRow] = field(default_factory=list)
+    noise_files: list[str] = field(default_factory=list)  # one line per valid noise file
 
     @property
     def ok(self) -> bool:
@@ -309,7 +311,8 @@ def _check_feature_dims(report: LayoutReport, data_dir: Path) -> None:
 
 
 def check_layout(data_root: Path, dataset: str, full_scan: bool = False, sample: int = 1000,
-                 on_rows: RowCallback | None = None) -> LayoutReport:
+                 on_rows: RowCallback | None = None,
+                 configs: Sequence[Path] = ()) -> LayoutReport:
     """Check ``<data_root>/<dataset>/`` and ``<data_root>/vocab/<dataset>_vocab.json``.
 
     Args:
@@ -320,6 +323,9 @@ def check_layout(data_root: Path, dataset: str, full_scan: bool = False, sample:
         full_scan: look for NaN/Inf in every image instead of a sample (reads the whole file).
         sample: images per split checked for NaN/Inf otherwise, spread evenly over the file.
         on_rows: called with the number of images of each block read (a progress bar).
+        configs: configs whose noise files must be present and valid
+            (:func:`ncl.data.noise_check.check_noise_files`, which also checks every file of
+            the dataset folder named as a published noise file).
 
     Returns:
         The report; nothing is printed and nothing is raised for a bad layout.
@@ -335,4 +341,17 @@ def check_layout(data_root: Path, dataset: str, full_scan: bool = False, sample:
         report.rows.append(check_split(data_dir, dataset, split, vocab, report, full_scan,
                                        sample, on_rows))
     _check_feature_dims(report, data_dir)
+    _check_noise(report, data_dir, dataset, list(configs))
     return report
+
+
+def _check_noise(report: LayoutReport, data_dir: Path, dataset: str, configs: list[Path]) -> None:
+    """Add the noise files' lines, warnings and problems to the report."""
+    train = next((r for r in report.rows if r.split == "train"), None)
+    counts = None
+    if train is not None and train.images and train.captions is not None:
+        counts = (train.images, train.captions)
+    lines, warnings_, problems = check_noise_files(data_dir, dataset, counts, configs)
+    report.noise_files.extend(lines)
+    report.warnings.extend(warnings_)
+    report.problems.extend(problems)

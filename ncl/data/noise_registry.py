@@ -215,9 +215,17 @@ def entries_with_pairing(digest: str) -> tuple[RegistryEntry, ...]:
     return tuple(entry for entry in REGISTRY if entry.pairing_sha256 == digest)
 
 
-def pairing_name(digest: str) -> str:
+#: The label of the identity pairing (every caption with its own image: no noise added).
+CLEAN = "clean"
+
+
+def pairing_name(digest: str, noise_rate: float | None = None) -> str:
     """What a run records next to its noise SHA-256: the registry names of its pairing joined
-    by ``" = "`` (``"rcl/f30k/0.2 = l2rm/f30k/0.2"``), or ``"new"`` when none is registered."""
+    by ``" = "`` (``"rcl/f30k/0.2 = l2rm/f30k/0.2"``), ``"clean"`` when no caption is moved
+    (``noise_rate`` 0: no synthetic noise, whatever the dataset's own), or ``"new"`` when no
+    registered file gives it."""
+    if noise_rate == 0:
+        return CLEAN
     return _label(entries_with_pairing(digest))
 
 
@@ -274,8 +282,9 @@ class Identification:
 
     @property
     def pairing_name(self) -> str:
-        """The registry names of the pairing (``" = "``-joined) or ``"new"``."""
-        return _label(self.matches)
+        """The registry names of the pairing (``" = "``-joined), ``"clean"`` when the file
+        moves no caption, or ``"new"``."""
+        return CLEAN if self.noise_rate == 0 and not self.matches else _label(self.matches)
 
     @property
     def same_file(self) -> tuple[RegistryEntry, ...]:

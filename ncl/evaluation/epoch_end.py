@@ -12,7 +12,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ncl.evaluation.metric import Evaluation, logged_test_metrics, logged_val_metrics, summary_line
+from ncl.evaluation.metric import (
+    Evaluation,
+    logged_test_metrics,
+    logged_val_metrics,
+    summary_line,
+)
 from ncl.evaluation.protocol import Protocol
 from ncl.evaluation.report import format_table, media_of, write_results
 from ncl.evaluation.selection import SELECTED_KEY, selected_rsum
@@ -37,7 +42,8 @@ def finish_validation(module: Any, evaluate: Evaluate) -> None:
 
 def finish_test(module: Any, evaluate: Evaluate) -> None:
     """The DataModule's test protocols (1K folds and/or 5K): log ``test/*``, print the table,
-    write ``results.json`` into the run's log directory."""
+    write ``test_results.json`` into the run's log directory, with the noise the checkpoint
+    was trained on (restored into the DataModule from the checkpoint) when it is known."""
     trainer = module.trainer
     dm = getattr(trainer, "datamodule", None)
     results = evaluate(list(getattr(dm, "test_protocols", ["1k"]))).results
@@ -46,4 +52,10 @@ def finish_test(module: Any, evaluate: Evaluate) -> None:
     out = Path(trainer.log_dir or trainer.default_root_dir)  # every rank asks (DDP)
     if trainer.is_global_zero:
         print("\n" + format_table(results, media=media_of(dm)))
-        write_results(results, out)
+        write_results(results, out, training_noise=_training_noise(dm))
+
+
+def _training_noise(dm: Any) -> dict[str, Any] | None:
+    """The DataModule's record of the tested model's training noise, if it keeps one."""
+    record = getattr(dm, "training_noise", None)
+    return record() if callable(record) else None

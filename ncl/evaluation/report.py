@@ -25,6 +25,9 @@ _RANK_HEADERS: dict[str, tuple[str, str]] = {"image": ("medr", "meanr"), "video"
 _GAP = "  "
 DECIMALS = 4
 """Decimal places of the numbers in the JSON and CSV result files."""
+#: Top-level key of ``test_results.json`` holding the tested model's training noise (the
+#: other keys are systems); absent when the checkpoint does not say.
+TRAINING_NOISE = "training_noise"
 
 
 def media_of(datamodule: Any) -> Media:
@@ -161,8 +164,17 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def read_results(document: dict[str, Any]) -> tuple[Results, dict[str, Any]]:
+    """A loaded ``test_results.json`` as ``(results[system][protocol][metric], training_noise)``;
+    the noise record is empty when the file has none (older files, ensembles of checkpoints).
+    Read the file through this rather than iterating its keys: the noise is not a system."""
+    results = {k: v for k, v in document.items() if k != TRAINING_NOISE}
+    return results, dict(document.get(TRAINING_NOISE) or {})
+
+
 def write_results(
-    results: Results, out_dir: str | Path, stem: str = "test_results"
+    results: Results, out_dir: str | Path, stem: str = "test_results",
+    training_noise: dict[str, Any] | None = None,
 ) -> tuple[Path, Path]:
     """Write results as ``<stem>.json`` (nested, as given) and ``<stem>.csv`` (flat), atomically.
 
@@ -173,6 +185,10 @@ def write_results(
         results: ``results[system][protocol][metric]`` as from ``evaluate_systems``.
         out_dir: Directory; created if missing.
         stem: File name without extension.
+        training_noise: the noise the tested model was trained on (SHA-256, pairing digest,
+            registry name: :data:`ncl.data.datamodule.TRAINING_NOISE_KEYS`); written into the
+            JSON under the top-level key :data:`TRAINING_NOISE` beside the systems, so that
+            two results on the same pairing can be recognised. Omitted when unknown.
 
     Returns:
         ``(json_path, csv_path)``.
@@ -187,6 +203,11 @@ def write_results(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = out / f"{stem}.json", out / f"{stem}.csv"
-    _write_atomic(json_path, json.dumps(_rounded_results(results), indent=2) + "\n")
+    document: dict[str, Any] = dict(_rounded_results(results))
+    if training_noise:
+        if TRAINING_NOISE in document:
+            raise ValueError(f"a system may not be called {TRAINING_NOISE!r}")
+        document[TRAINING_NOISE] = dict(training_noise)
+    _write_atomic(json_path, json.dumps(document, indent=2) + "\n")
     _write_atomic(csv_path, _csv_text(results))
     return json_path, csv_path

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from ncl.evaluation.report import read_results
 from ncl.reproduce.cells import FitTest, newest, read_metrics
 from ncl.reproduce.grid import Cell
 
@@ -99,7 +100,8 @@ def detection(metrics: list[dict[str, str]], kind: str, warmup: int) -> dict[str
 
 def summarise(cell: Cell, done: FitTest, slot: str, started: float) -> dict[str, Any]:
     """The finished cell's record (what ``cells/<id>.json`` holds)."""
-    system, by_protocol = list(done.results.items())[-1]  # the last system: the ensemble if any
+    systems, noise = read_results(done.results)
+    system, by_protocol = list(systems.items())[-1]  # the last system: the ensemble if any
     protocol = "1k" if "1k" in by_protocol else next(iter(by_protocol))
     scores = by_protocol[protocol]
     test = {k: float(scores[k]) for k in (*RECALLS, *MEDIAN_RANKS) if k in scores}
@@ -112,6 +114,8 @@ def summarise(cell: Cell, done: FitTest, slot: str, started: float) -> dict[str,
                               "wall_seconds": round(time.time() - started, 1), "resumed": done.resumed,
                               "slot": slot, "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                               "host": platform.node()}
+    # Which published pairing the cell trained on (issue 27): two cells on the same noise match.
+    record.update({k: noise[k] for k in ("noise_pairing", "noise_pairing_digest") if k in noise})
     if cell.method in DIVIDERS:
         kind = DIVIDERS[cell.method]
         name = "freeze_epochs" if kind == "labels" else "warmup_epochs"

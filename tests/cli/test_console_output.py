@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from helpers import TINY_BACKBONE_ARGS
+
+from ncl.evaluation.report import read_results
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
@@ -191,7 +192,7 @@ def test_video_test_table_names_video_and_shows_ranks(tmp_path: Path) -> None:
     assert "Text -> Video" in lines[title] and "Image" not in out.stdout
     assert lines[title + 1].split() == ["System", "Protocol", *["R@1", "R@5", "R@10", "MdR", "MnR"] * 2,
                                         "rSum"]
-    results = json.loads(next((tmp_path / "test").rglob("test_results.json")).read_text())
+    results, _ = read_results(json.loads(next((tmp_path / "test").rglob("test_results.json")).read_text()))
     ((system, by_protocol),) = results.items()
     m = by_protocol["1k"]
     keys = [f"{d}_{k}" for d in ("i2t", "t2i") for k in ("r1", "r5", "r10", "medr", "meanr")]

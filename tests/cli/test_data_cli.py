@@ -12,12 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from cli_helpers import error_lines, main_exit, tiny
 
 import ncl.cli as cli
 import ncl.data_cli as data_cli
 from ncl.data.noise_registry import TRAIN_COUNTS, pairing_digest
-
-from cli_helpers import error_lines, main_exit, tiny
 
 F30K_IMAGES, F30K_CAPTIONS = TRAIN_COUNTS["f30k_precomp"]
 
@@ -101,7 +100,7 @@ def test_identify_json_is_the_registry_summary(capsys, tmp_path: Path) -> None:
     out = run_ok(capsys, "data", "noise", "identify", str(noise), "--json")
     summary = yaml.safe_load(out)  # JSON is YAML
     assert summary["format"] == "image" and summary["length"] == F30K_IMAGES
-    assert summary["noise_rate"] == 0 and summary["pairing_name"] == "new"
+    assert summary["noise_rate"] == 0 and summary["pairing_name"] == "clean"
 
 
 # --------------------------------------------------------------------------- noise convert
@@ -202,6 +201,7 @@ class FakeReport:
 
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    noise_files: list[str] = field(default_factory=list)
 
     def table(self) -> str:
         return "split  images\ntrain  29000"
@@ -211,7 +211,8 @@ def fake_layout_check(monkeypatch, report: FakeReport) -> list[tuple]:
     """Install a stand-in layout-check module; returns the list its calls are recorded in."""
     calls: list[tuple] = []
 
-    def check_layout(data_root: Path, dataset: str, full_scan: bool = False) -> FakeReport:
+    def check_layout(data_root: Path, dataset: str, full_scan: bool = False,
+                     configs: list[Path] = ()) -> FakeReport:
         calls.append((data_root, dataset, full_scan))
         return report
 
@@ -245,13 +246,15 @@ def test_check_without_its_module_is_one_error_line(capsys, monkeypatch, tmp_pat
 
 
 # --------------------------------------------------------------- a run records its pairing
-def test_a_run_records_its_pairing_in_the_logged_hyperparameters(capsys, monkeypatch,
-                                                                 tmp_path: Path) -> None:
+def test_a_run_records_its_pairing_in_hparams_noise_json_and_test_results(
+        capsys, monkeypatch, tmp_path: Path) -> None:
+    """hparams.yaml (what the CSV logger and W&B receive), the run folder's noise.json and the
+    test_results.json of ``ncl test`` of its checkpoint name one pairing."""
     monkeypatch.chdir(tmp_path)
     cli.main(["fit", *tiny(tmp_path / "cache", "--trainer.max_epochs=1",
                            "--trainer.limit_train_batches=1")])
     [hparams] = list(tmp_path.rglob("hparams.yaml"))
-    logged = yaml.safe_load(hparams.read_text())  # what the CSV logger (and W&B) received
+    logged = yaml.safe_load(hparams.read_text())
     noise = np.load(hparams.parent / "noise_index.npy")
     im_div = 5 if logged["noise_format"] == "image" else 1
     cap2img = np.repeat(noise, im_div) if logged["noise_format"] == "image" else noise
@@ -261,6 +264,22 @@ def test_a_run_records_its_pairing_in_the_logged_hyperparameters(capsys, monkeyp
     record = json.loads((hparams.parent / "noise.json").read_text())  # the run folder's record
     assert record["pairing_digest"] == logged["noise_pairing_digest"]
     assert record["pairing"] == "new"
+    [ckpt] = list(hparams.parent.rglob("last.ckpt"))
+    cli.main(["test", *tiny(tmp_path / "cache", f"--ckpt_path={ckpt}",
+                            f"--trainer.default_root_dir={tmp_path / 'test'}")])
+    results = json.loads(next((tmp_path / "test").rglob("test_results.json")).read_text())
+    trained = results["training_noise"]  # restored from the checkpoint, not from the config
+    assert trained["noise_pairing_digest"] == logged["noise_pairing_digest"]
+    assert trained["noise_sha256"] == logged["noise_sha256"]
+    assert trained["noise_pairing"] == "new"
+
+
+def test_a_run_without_noise_is_labelled_clean(capsys, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    cli.main(["fit", *tiny(tmp_path / "cache", "--trainer.max_epochs=1", "--data.noise_ratio=0",
+                           "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=0")])
+    [hparams] = list(tmp_path.rglob("hparams.yaml"))
+    assert yaml.safe_load(hparams.read_text())["noise_pairing"] == "clean"
 
 
 # ---------------------------------------------------------------- check, on real layouts
@@ -279,3 +298,40 @@ def test_check_of_a_real_layout_through_the_cli(capsys: pytest.CaptureFixture, t
                     "--dataset", "synthetic_precomp")
     lines = error_lines(err)
     assert len(lines) == 1 and "dev_caps.txt" in lines[0], err
+
+
+def test_check_validates_and_names_the_noise_files(capsys: pytest.CaptureFixture,
+                                                    tmp_path: Path) -> None:
+    """Noise files read by a config and those named as published files in the dataset folder:
+    a valid one is a line with its pairing; a config's missing file and a truncated file in the
+    folder are one error line each (exit 2)."""
+    from ncl.data.synthetic import generate, preset
+
+    generate(tmp_path, preset("tiny"), name="synthetic_precomp")
+    folder = tmp_path / "synthetic_precomp"
+    n_images = len(np.load(folder / "train_ims.npy", mmap_mode="r"))
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"data": {"init_args": {
+        "data_name": "synthetic_precomp", "noise_file": "noise_inx_{noise_ratio}.npy",
+        "noise_ratio": 0.2}}}))
+    check = ["data", "check", "--data_root", str(tmp_path), "--dataset", "synthetic_precomp"]
+    err = main_exit(capsys, *check, "--config", str(config))
+    [line] = error_lines(err)
+    assert str(config) in line and "noise_inx_0.2.npy" in line and "not found" in line
+    save(folder / "noise_inx_0.2.npy", np.roll(np.arange(n_images), 1))  # every image moved
+    save(folder / "noise_inx_0.0.npy", np.arange(n_images))
+    out = run_ok(capsys, *check, "--config", str(config))
+    [read] = [line for line in out.splitlines() if "noise_inx_0.2.npy" in line]
+    assert "image-level" in read and "noise rate 1.0000" in read and "pairing new" in read
+    assert str(config) in read
+    assert "pairing clean" in next(line for line in out.splitlines() if "noise_inx_0.0" in line)
+    save(folder / "noise_inx_0.5.npy", np.arange(n_images - 1))  # neither count: truncated
+    err = main_exit(capsys, *check)
+    [line] = error_lines(err)
+    assert "noise_inx_0.5.npy" in line and "length" in line
+
+
+def test_identify_of_a_file_that_moves_nothing_says_clean(capsys, tmp_path: Path) -> None:
+    path = save(tmp_path / "none.npy", np.arange(F30K_IMAGES))
+    out = run_ok(capsys, "data", "noise", "identify", str(path))
+    assert report_line(out, "registry") == "clean"

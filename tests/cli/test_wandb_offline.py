@@ -19,14 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tiny_runs import TINY_SAF, save_config, tiny_trainer
 from wandb.proto import wandb_internal_pb2
 
 import ncl
-from ncl.callbacks.tracking import WandbRunContent, results_table, source_commit
 from ncl.callbacks.figures import Figures
+from ncl.callbacks.tracking import WandbRunContent, results_table, source_commit
 from ncl.cli import added_callbacks
+from ncl.evaluation.report import read_results
 from ncl.loggers import NclWandbLogger
-from tiny_runs import TINY_SAF, save_config, tiny_trainer
 
 REPO = Path(__file__).resolve().parents[2]
 EPOCHS = 2
@@ -189,7 +190,7 @@ def test_test_run_holds_the_results_table(runs: dict[str, Path]) -> None:
     assert len(tables) == 1 and tables[0]["test/results/_type"] == "table-file"
     table = json.loads((run["files"] / tables[0]["test/results/path"]).read_text())
     # the same numbers as test_results.json, which ncl.evaluation.report writes (rounded)
-    written = json.loads((folder / "test_results.json").read_text())
+    written, _ = read_results(json.loads((folder / "test_results.json").read_text()))
     expected = {(s, p): m for s, by_protocol in written.items() for p, m in by_protocol.items()}
     rows = {(r[0], r[1]): dict(zip(table["columns"][2:], r[2:])) for r in table["data"]}
     assert table["columns"] == ["system", "protocol", "rsum", "i2t_r1", "i2t_r5", "i2t_r10",

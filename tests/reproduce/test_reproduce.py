@@ -36,6 +36,8 @@ def test_tiny_grid_runs_then_skips_then_resumes_a_killed_cell(tmp_path: Path,
     assert 0 <= record["test"]["rsum"] <= 600 and len(record["val_rsums"]) == 2
     assert set(record["detection"]) == {"after_warmup", "end"}
     assert record["detection"]["after_warmup"]["epoch"] == 1  # the tiny preset's 1 warm-up epoch
+    # the pairing the cell trained on, from its test_results.json (issue 27)
+    assert record["noise_pairing"] == "new" and len(record["noise_pairing_digest"]) == 64
     text = (out / "results.md").read_text()
     assert "NCR-SAF" in text and "Noise detection" in text and "50 %: i2t R@1" in text
     png = (out / "rsum_vs_noise.png").read_bytes()
