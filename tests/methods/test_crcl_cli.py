@@ -70,7 +70,7 @@ def test_fit_select_last_piece_and_test(tmp_path: Path, synthetic_cache: Path) -
 
     main(["test", "--config", str(config), "--ckpt_path", "best"])
     results = json.loads(next(tmp_path.rglob("test_results.json")).read_text())
-    assert set(results) == {"net"}
+    assert set(results) == {"net", "training_noise"}  # the system, and the noise it trained on
 
 
 # (kill after this optimiser step, rule): step 6 is inside piece 0 (its 2nd epoch, resumed

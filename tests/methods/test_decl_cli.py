@@ -62,7 +62,7 @@ def test_fit_logs_the_prediction_and_tests(tmp_path: Path, synthetic_cache: Path
     assert {"labels_epoch002.png", "detection.png", "rsum.png"} <= names, names
     main(["test", "--config", str(config), "--ckpt_path", "best"])
     results = json.loads(next(tmp_path.rglob("test_results.json")).read_text())
-    assert set(results) == {"net"}
+    assert set(results) == {"net", "training_noise"}  # the system, and the noise it trained on
     # two ncl DECL checkpoints ensemble by evidence (DECL-SGRAF), as combine: auto resolves
     ckpts = [str(next((folder / "checkpoints").glob("best*.ckpt"))), str(folder / "checkpoints" / "last.ckpt")]
     vocab = last_checkpoint(folder)["hyper_parameters"]["vocab_size"]

@@ -72,7 +72,7 @@ def test_fit_logs_the_division_and_tests(tmp_path: Path, synthetic_cache: Path) 
 
     main(["test", "--config", str(config), "--ckpt_path", "best"])
     results = json.loads(next(tmp_path.rglob("test_results.json")).read_text())
-    assert set(results) == {"net"}
+    assert set(results) == {"net", "training_noise"}  # the system, and the noise it trained on
 
 
 class StopAfterEpoch(L.Callback):

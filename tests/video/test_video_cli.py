@@ -16,6 +16,7 @@ import yaml
 
 from ncl.cli import main
 from ncl.compose import merged
+from ncl.evaluation.report import read_results
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,8 +49,9 @@ def test_video_config_fits_and_tests_with_median_rank(name: str, tmp_path: Path,
     noise = json.loads(next(tmp_path.rglob("noise.json")).read_text())
     assert noise["n_noisy_captions"] > 0  # the config's noise reached the video pairs
     main(["test", "--config", str(config), "--config", str(override), f"--ckpt_path={best[-1]}"])
-    results = json.loads(next(tmp_path.rglob("test_results.json")).read_text())
+    results, trained = read_results(json.loads(next(tmp_path.rglob("test_results.json")).read_text()))
     metrics = list(results.values())[-1]["1k"]
+    assert trained["noise_pairing"] == "new"  # the video pairs' drawn noise, from the checkpoint
     n_test = 20  # the tiny preset's test clips
     assert 1 <= metrics["t2i_medr"] <= n_test and 1 <= metrics["i2t_medr"] <= 4 * n_test
     assert 0 <= metrics["t2i_r1"] <= metrics["t2i_r5"] <= metrics["t2i_r10"] <= 100
