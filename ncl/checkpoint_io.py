@@ -83,12 +83,15 @@ def check_weights_fit(model: torch.nn.Module, ckpt_path: str | Path) -> None:
     with ``--override_run`` that changed the backbone's shapes.
     """
     stored = read_checkpoint(Path(ckpt_path))["state_dict"]
-    own = {k: v for k, v in model.state_dict().items() if not is_lazy(v)}
+    state = model.state_dict()
+    # Lazy parameters (L2RM's cost network before its width is known) take the checkpoint's
+    # shape when it is loaded: they can neither differ in shape nor be unexpected.
+    own = {k: v for k, v in state.items() if not is_lazy(v)}
     shapes = [(k, list(stored[k].shape), list(v.shape)) for k, v in own.items()
               if k in stored and tuple(stored[k].shape) != tuple(v.shape)]
     strict = getattr(model, "strict_loading", True)
     missing = [k for k in own if k not in stored] if strict else []
-    unexpected = [k for k in stored if k not in own] if strict else []
+    unexpected = [k for k in stored if k not in state] if strict else []
     parts = []
     if shapes:
         key, theirs, ours = shapes[0]

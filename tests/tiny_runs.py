@@ -60,6 +60,11 @@ METHODS: dict[str, dict[str, Any]] = {
     # floor within the run (eta 1.0), so a resume that lost the counter would train differently
     "decl": {"class_path": "ncl.methods.decl.DECL",
              "init_args": {"warmup_epochs": 1, "hardness_batch_size": 16, "eta": 1.0, "mu": 3}},
+    # L2RM: a division carried across epochs, a cost network with its own optimiser, an image
+    # queue twice the batch (so the FIFO shift matters) and key points drawn per step; lr_cost
+    # raised so that the cost network moves visibly in a few steps
+    "l2rm": {"class_path": "ncl.methods.l2rm.L2RM",
+             "init_args": {"warmup_epochs": 1, "queue_length": 32, "lr_cost": 1e-3}},
 }
 
 

@@ -1,6 +1,6 @@
 """A division of the training set by a two-component mixture, made for the epoch that trains on
 it: NCR/LNC's co-divide and Randomly Noise Abandon draw (LNC Eq. 1-3, 7), ReCon's first stage
-(GMM on ``l^CM``, Eq. 6).
+(GMM on ``l^CM``, Eq. 6), L2RM's division by a Beta mixture (``GMMSpec.mixture = "beta"``).
 
 The method states what it needs through :class:`~ncl.callbacks.protocols.GMMDivisible` (which
 epochs need a division, the per-sample pass and the mixture's settings, what it does with the
@@ -26,11 +26,13 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 import lightning as L
+import torch
 from torch import Tensor
 
 from ncl.callbacks.protocols import GMMDivisible, GMMSpec, PerSampleSource
 from ncl.data.contracts import retrieval_data
 from ncl.errors import ConfigError
+from ncl.division.beta_mixture import beta_clean_probability
 from ncl.division.co_divide import gmm_probabilities
 from ncl.training.distributed import broadcast_
 from ncl.training.passes import run_pass
@@ -61,9 +63,18 @@ def divide_if_due(trainer: L.Trainer, method: DivisibleMethod, epoch: int) -> bo
 
 
 def fit_mixtures(values: Tensor, gmm: GMMSpec) -> Tensor:
-    """``(K, N)`` clean probabilities from one mixture per row of ``(K, N)`` values, rank 0's
-    on every rank (the fits may differ between ranks with ``seed=None`` or another BLAS)."""
-    return broadcast_(gmm_probabilities(values, gmm.seed, gmm.max_iter, gmm.tol, gmm.reg_covar))
+    """``(K, N)`` clean probabilities from one mixture per row of ``(K, N)`` values (Gaussian or
+    Beta, ``gmm.mixture``), rank 0's on every rank (the fits may differ between ranks with
+    ``seed=None`` or another BLAS)."""
+    if gmm.mixture == "beta":
+        prob = torch.stack([beta_clean_probability(row, gmm.max_iter, gmm.tol, gmm.refine_tol,
+                                                   gmm.refine_max_iter, gmm.seed).float()
+                            for row in values])
+    elif gmm.mixture == "gaussian":
+        prob = gmm_probabilities(values, gmm.seed, gmm.max_iter, gmm.tol, gmm.reg_covar)
+    else:
+        raise ConfigError(f"the division's mixture must be 'gaussian' or 'beta', got {gmm.mixture!r}")
+    return broadcast_(prob)
 
 
 def _divisible(pl_module: L.LightningModule) -> DivisibleMethod:

@@ -81,12 +81,13 @@ def rsum_series(metrics: dict[str, Any]) -> dict[str, float]:
 
 def loss_panels(view: LossView, true_clean: Tensor | None) -> list[LossPanel]:
     """One panel per network: min-max normalised losses (as the mixture saw them, LNC Eq. 3)
-    with the GMM refitted on them with the division's seed."""
+    with the GMM refitted on them with the division's seed (a Gaussian division only)."""
     truth = None if true_clean is None else true_clean.cpu().numpy().astype(bool)
     panels = []
     for name, losses in view.losses.items():
         x = minmax_normalize(losses.float().cpu()).numpy()
-        gmm = fit_loss_gmm(x, view.gmm_seed) if float(x.max(initial=0.0)) > 0 else None
+        drawn = view.mixture == "gaussian" and float(x.max(initial=0.0)) > 0
+        gmm = fit_loss_gmm(x, view.gmm_seed) if drawn else None
         panels.append(LossPanel(f"network {name}", x, gmm, truth))
     return panels
 

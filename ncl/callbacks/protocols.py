@@ -31,15 +31,26 @@ from ncl.training.state import PerSampleState
 __all__ = ["Diagnosable", "EpochDiagnostics", "EpochRefinable", "GMMDivisible", "GMMSpec", "LabelView", "LossView",
            "PassSpec", "PerSampleFn", "PerSampleSource", "Refinable", "net_names"]
 
+Mixture = Literal["gaussian", "beta"]
+
+
 @dataclass(frozen=True)
 class GMMSpec:
     """The two-component mixture fitted per network on one column of the pass's values
-    (LNC Eq. 3; ReCon Eq. 6), min-max normalised first; rank 0's fit is broadcast.
+    (LNC Eq. 3; ReCon Eq. 6; L2RM's Beta mixture), min-max normalised first; rank 0's fit is
+    broadcast.
 
     Attributes:
         column: which column of ``(B, C)`` values feeds the mixture (0 for ``(B,)`` values).
         seed: ``random_state`` of the mixture (``None``: numpy's global stream, official).
         max_iter, tol, reg_covar: the official 10 / 1e-2 / 5e-4 (spec 4.2.4).
+        mixture: ``gaussian`` (sklearn's GaussianMixture: NCR/LNC, ReCon) or ``beta`` (a
+            two-component Beta mixture on the losses clipped into (0, 1):
+            :func:`ncl.division.beta_mixture.beta_clean_probability`, L2RM); ``reg_covar``
+            is the Gaussian's only.
+        refine_tol, refine_max_iter: Beta only: the EM continued after the first
+            ``max_iter``/``tol`` fit until the log-likelihood gains at most ``refine_tol``
+            (L2RM's second ``fit`` call; ``None``: no second phase), capped.
     """
 
     column: int = 0
@@ -47,6 +58,9 @@ class GMMSpec:
     max_iter: int = 10
     tol: float = 1e-2
     reg_covar: float = 5e-4
+    mixture: Mixture = "gaussian"
+    refine_tol: float | None = 0.1
+    refine_max_iter: int = 1000
 
 
 class PerSampleSource(Protocol):
@@ -117,11 +131,14 @@ class LossView:
         title: what the losses are ("per-sample loss (mean hinge) and GMM").
         losses: network name -> ``(N,)`` raw losses (normalised by the figure).
         gmm_seed: seed of the refit drawn (the division's own).
+        mixture: the division's mixture; only a Gaussian one is refitted and drawn over the
+            histogram (a Beta mixture's division shows the histogram alone).
     """
 
     title: str
     losses: dict[str, Tensor]
     gmm_seed: int | None = 0
+    mixture: Mixture = "gaussian"
 
 
 @dataclass

@@ -6,6 +6,7 @@ evaluation steps feeding :class:`~ncl.evaluation.metric.RetrievalEvaluation`, mo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from functools import partial
 from typing import Any
 
@@ -13,6 +14,7 @@ import lightning as L
 import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
 
 from ncl.callbacks.protocols import EpochDiagnostics
 from ncl.data.contracts import check_features_fit
@@ -24,7 +26,7 @@ from ncl.evaluation.protocol import Protocol
 from ncl.evaluation.selection import check_selection_monitor
 from ncl.methods.resumable import Resumable
 from ncl.models.contracts import encode_images
-from ncl.training.distributed import broadcast_buffers_
+from ncl.training.distributed import average_gradients, broadcast_buffers_
 from ncl.training.schedule import step_decay
 
 BackboneFactory = Callable[[int], nn.Module]
@@ -118,6 +120,25 @@ class RetrievalMethod(Resumable, L.LightningModule):
         if self.hparams.grad_clip > 0:
             self.clip_gradients(optimizer, gradient_clip_val=self.hparams.grad_clip,
                                 gradient_clip_algorithm="norm")
+
+    def step_module(self, opt: Any, module: nn.Module, loss: Tensor) -> None:
+        """Manual optimisation of one part of the method: backward outside DDP's reducer, the
+        gradient average of ``module`` only, then the step (clipped in the method's
+        ``on_before_optimizer_step``).
+
+        Used where a step trains only some parameters (NCR's network ``k``, L2RM's cost
+        network): DDP's reducer expects every parameter to get a gradient in every backward.
+        Every backward here is ``no_sync``, so DDP never broadcasts the buffers: rank 0's
+        BatchNorm statistics are given to every rank here, or validation and division passes
+        sharded over ranks would mix different networks.
+        """
+        opt.zero_grad()
+        model = self.trainer.strategy.model
+        with model.no_sync() if isinstance(model, DistributedDataParallel) else nullcontext():
+            self.manual_backward(loss)
+        average_gradients(module)
+        opt.step()
+        broadcast_buffers_(module)
 
     def on_before_backward(self, loss: Tensor) -> None:
         """Stop at the first NaN/Inf loss (every rank), before an optimiser step uses it."""

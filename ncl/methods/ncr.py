@@ -15,7 +15,6 @@ of the hardest-negative triplet (Eq. 10). The batches come from a plan per epoch
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
 from functools import partial
 from typing import Any, Literal
 
@@ -23,7 +22,6 @@ import lightning as L
 import numpy as np
 import torch
 from torch import Tensor
-from torch.nn.parallel import DistributedDataParallel
 
 from ncl.callbacks.diagnostics import Diagnostics
 from ncl.callbacks.division import GMMDivision, divide_if_due
@@ -39,7 +37,6 @@ from ncl.errors import ConfigError
 from ncl.losses import (NcrMarginMode, RecastKind, ncr_soft_margins, psi4_boundary,
                         soft_margin_triplet_loss, triplet_loss)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
-from ncl.training.distributed import average_gradients, broadcast_buffers_
 from ncl.division.co_divide import Division, abandon_mask, mean_hinge, split_clean
 from ncl.models.contracts import forward_batch
 from ncl.training.passes import eval_mode
@@ -346,19 +343,10 @@ class NCR(RetrievalMethod):
         self.log_net(k, logs, labelled["index"].shape[0])
 
     def optimize(self, k: int, loss: Tensor) -> None:
-        """Backward outside DDP's reducer (one network gets gradients per step), the gradient
-        average of network ``k`` only, then the step (clipped in
-        :meth:`on_before_optimizer_step`). Every backward here is ``no_sync``, so DDP never
-        broadcasts the buffers: rank 0's BatchNorm statistics are given to every rank here,
-        or validation and division passes sharded over ranks would mix different networks."""
-        opt = self.optimizers()[k]
-        opt.zero_grad()
-        model = self.trainer.strategy.model
-        with model.no_sync() if isinstance(model, DistributedDataParallel) else nullcontext():
-            self.manual_backward(loss)
-        average_gradients(self.nets[k])
-        opt.step()
-        broadcast_buffers_(self.nets[k])
+        """Backward, average and step network ``k`` only
+        (:meth:`~ncl.methods.base.RetrievalMethod.step_module`: one network gets gradients per
+        step, so the gradients are averaged outside DDP's reducer)."""
+        self.step_module(self.optimizers()[k], self.nets[k], loss)
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Clip the stepping network's global gradient norm at ``grad_clip`` (spec 4.1), here

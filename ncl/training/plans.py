@@ -101,22 +101,54 @@ def warmup_plan(pools: Sequence[np.ndarray], batch_size: int, seed: int, epoch: 
 
 
 def cycled_batches(pool: np.ndarray, count: int, batch_size: int, seed: int, epoch: int,
-                   net: int, rank: int = 0, world: int = 1) -> list[np.ndarray | None]:
+                   net: int, rank: int = 0, world: int = 1,
+                   min_size: int = 2) -> list[np.ndarray | None]:
     """``count`` batches from ``pool``, re-shuffled whenever a pass is exhausted.
 
     This is the official unlabelled loader, which is re-created when it runs out (spec
-    4.2.5). When this rank's share holds fewer than two samples, every entry is ``None``
-    (no unlabelled batch; shares have equal sizes on all ranks, so all ranks agree).
+    4.2.5). A last batch smaller than ``min_size`` is dropped (``min_size = batch_size``:
+    ``drop_last``, L2RM's noisy loader). When this rank's share holds fewer than
+    ``min_size`` samples, every entry is ``None`` (no unlabelled batch; shares have equal
+    sizes on all ranks, so all ranks agree).
     """
-    if count == 0 or len(shard(pool, rank, world)) < 2:
+    if count == 0 or len(shard(pool, rank, world)) < min_size:
         return [None] * count
     out: list[np.ndarray | None] = []
     cycle = 0
     while len(out) < count:
         order = rng_for(seed, epoch, UNLABELLED_STREAM, net, cycle).permutation(pool)
-        out += chunk(shard(order, rank, world), batch_size)
+        out += chunk(shard(order, rank, world), batch_size, min_size)
         cycle += 1
     return out[:count]
+
+
+def rematch_plan(clean: np.ndarray, batch_size: int, seed: int, epoch: int, rank: int = 0,
+                 world: int = 1) -> list[Step]:
+    """An L2RM epoch after the warm-up: one pass over a shuffle of the predicted-clean pairs,
+    each step with a batch of the predicted-noisy pairs drawn from a loader that is re-shuffled
+    whenever it runs out (the official ``train``: the epoch is the clean loader's length, the
+    noisy iterator is re-created on ``StopIteration``). Both loaders drop their last
+    incomplete batch, as the official ones do: every batch has exactly ``batch_size`` pairs,
+    the width of L2RM's cost network.
+
+    Args:
+        clean: ``(N,)`` bool, the division's predicted-clean pairs.
+        batch_size: per-process batch size.
+        seed, epoch: seed of the shuffles.
+        rank, world: DDP position.
+
+    Returns:
+        Steps of network 0 with ``labelled`` = clean and ``unlabelled`` = noisy indices; the
+        noisy batch is ``None`` on every step when this rank's share of the noisy pairs is
+        smaller than a batch (the official code crashes there; the method then trains the
+        clean pairs alone, docs/methods/l2rm.md).
+    """
+    labelled, unlabelled = np.flatnonzero(clean), np.flatnonzero(~clean)
+    order = rng_for(seed, epoch, LABELLED_STREAM, 0).permutation(labelled)
+    batches = chunk(shard(order, rank, world), batch_size, min_size=batch_size)
+    noisy = cycled_batches(unlabelled, len(batches), batch_size, seed, epoch, 0, rank, world,
+                           min_size=batch_size)
+    return [Step(0, b, u) for b, u in zip(batches, noisy)]
 
 
 def cotrain_plan(clean: Sequence[np.ndarray], batch_size: int, seed: int, epoch: int,

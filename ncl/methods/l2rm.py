@@ -1,0 +1,457 @@
+"""L2RM: learning to rematch mismatched pairs (Han et al., CVPR 2024; official code
+github.com/hhc1997/L2RM, the reference where the paper is silent: ``docs/methods/l2rm.md``).
+
+One network (SGR or SAF, trained separately; "L2RM-SGRAF" averages their similarities at test
+time through ``configs/eval_sgraf_*.yaml``) and a small learned cost function.
+
+* Warm-up (``warmup_epochs``): every pair, the robust loss of
+  :func:`~ncl.losses.l2rm.rce_warmup_loss` (reverse cross-entropy averaged with InfoNCE on the
+  bidirectional softmax at ``tau``).
+* Before every later epoch, :class:`~ncl.callbacks.division.GMMDivision` divides the training
+  set: an eval-mode pass of each pair's mean hinge (:func:`~ncl.division.co_divide.mean_hinge`,
+  the official ``eval_loss``), a two-component **Beta** mixture on the losses normalised to
+  (0, 1) (:func:`~ncl.division.beta_mixture.beta_clean_probability`), clean iff the clean
+  component's posterior > 0.5.
+* Each step then takes a batch of predicted-clean pairs and one of predicted-noisy pairs
+  (:func:`~ncl.training.plans.rematch_plan`) and runs the official three phases:
+
+  A. the cost network learns on key points: a random 1-10 % of the clean batch's images put
+     into a copy of the image queue, the summed cost at those (image, caption) pairs
+     minimised (:mod:`ncl.transport.cost`; the retrieval network in eval mode, no gradient);
+  B. the queue takes the noisy batch's images (first in, first out);
+  C. the retrieval network: the hardest-negative triplet summed over the clean batch, plus the
+     symmetric KL (:func:`~ncl.losses.l2rm.symmetric_kl_loss`) between its matching
+     distributions of the noisy captions against the queue and the normalised partial
+     transport plan (:func:`~ncl.transport.partial_ot.partial_ot`) of the learned cost,
+     each noisy caption's own image masked out.
+
+State (checkpointed): the division (clean mask and probabilities, the epoch it is for), the
+cost network (a submodule: in ``state_dict``, averaged gradients keep it identical on every
+rank) and the image queue. The queue is **per rank** under DDP: it holds this rank's last
+noisy batches, as it would in a single process of the rank's batch size (the transport is
+between a rank's own noisy captions and its own queue); the checkpoint keeps every rank's
+queue (gathered in :meth:`L2RM.on_save_checkpoint`) so that each rank resumes its own.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Literal
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.cli import OptimizerCallable
+from torch import Tensor, nn
+
+from ncl.callbacks.diagnostics import Diagnostics
+from ncl.callbacks.division import GMMDivision, divide_if_due
+from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, LabelView, LossView, PassSpec
+from ncl.data.contracts import RetrievalData, retrieval_data
+from ncl.data.datasets import Batch, PairDataset, collate
+from ncl.division.co_divide import mean_hinge
+from ncl.errors import ConfigError, NclWarning, TrainingError
+from ncl.losses.l2rm import rce_warmup_loss, symmetric_kl_loss
+from ncl.losses.triplet import triplet_loss
+from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
+from ncl.metrics.noise_detection import detection_metrics
+from ncl.models.contracts import forward_batch
+from ncl.training.distributed import rank as process_rank, world_size
+from ncl.training.passes import eval_mode
+from ncl.training.plans import PlanLoader, StepDataset, rematch_plan, warmup_plan
+from ncl.training.schedule import step_decay
+from ncl.transport.cost import (
+    CostNetwork,
+    ImageQueue,
+    draw_key_points,
+    insert_key_points,
+    key_point_cost_loss,
+    own_image_mask,
+)
+from ncl.transport.partial_ot import PartialPlan, partial_ot
+
+MaskOwnImage = Literal["auto", "on", "off"]
+
+#: Stream ids of the method's own draws (plans use 1-4, samplers 11-14, CRCL 21-22, ReCon 31,
+#: DECL 41): the division pass's shuffle, the first queue, the key points of each step.
+DIVISION_STREAM, QUEUE_STREAM, KEY_STREAM = 51, 52, 53
+
+
+class L2RM(RetrievalMethod):
+    """L2RM LightningModule (one network and a cost network, manual optimisation).
+
+    Args:
+        vocab_size, backbone: as :class:`~ncl.methods.base.RetrievalMethod`; the backbone is
+            SGR or SAF (any backbone whose ``forward(images, tokens, lengths)`` scores every
+            image against every caption in (0, 1) works). Forwarded options too
+            (``grad_clip`` 2.0 clips the retrieval network only, as the official code).
+        optimizer: the retrieval network's (Adam, lr 2e-4, official).
+        lr_update: both learning rates times 0.1 every ``lr_update`` epochs after the warm-up
+            (official per dataset: F30K 15, COCO 10, CC152K 20); the warm-up runs at lr0.
+        warmup_epochs: epochs of the robust warm-up loss (F30K 5, COCO and CC152K 10).
+        margin: the triplet margin of the clean loss and of the division's mean hinge (0.2).
+        tau: temperature of the warm-up loss and of the symmetric KL (0.05).
+        queue_length: images in the queue (128); at least the per-process batch size.
+        reg: the transport's entropic regularisation (``opt.py`` 0.07; F30K's script 0.01).
+        rho: the transported mass (0.1).
+        lr_cost: the cost network's Adam learning rate (2e-6), decayed with the main schedule.
+        key_fraction: key points per step ``k ~ U{1 .. floor(key_fraction * B)}`` (0.1).
+        mask_own_image: mask each noisy caption's own image in the plan: ``auto`` (official:
+            when the data's ``noise_ratio`` is not 0; CC152K runs with 0), ``on`` or ``off``.
+        sinkhorn_max_iter, sinkhorn_threshold: the official 1000 iterations and 1e-3 stop.
+        dummy_scale: the dummy row and column cost ``dummy_scale * max(C)`` (100, official).
+        bmm_max_iter, bmm_tol: the Beta mixture's first fit (10, 1e-2).
+        bmm_refine_tol: the official second fit, EM continued until the summed
+            log-likelihood gains at most this (0.1); ``None`` skips it (the issue text's "10
+            iterations, tol 1e-2" alone).
+        bmm_seed: seed of the mixture's k-means++ start (the official seeds numpy with 0).
+        division_batch_size: batch of the division pass (``None``: the training batch size).
+        diagnostics: log the division's quality and the rematching's against the ground truth.
+    """
+
+    def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
+                 optimizer: OptimizerCallable = default_optimizer, lr_update: int = 15,
+                 warmup_epochs: int = 5, margin: float = 0.2, tau: float = 0.05,
+                 queue_length: int = 128, reg: float = 0.07, rho: float = 0.1,
+                 lr_cost: float = 2e-6, key_fraction: float = 0.1,
+                 mask_own_image: MaskOwnImage = "auto", sinkhorn_max_iter: int = 1000,
+                 sinkhorn_threshold: float = 1e-3, dummy_scale: float = 100.0,
+                 bmm_max_iter: int = 10, bmm_tol: float = 1e-2,
+                 bmm_refine_tol: float | None = 0.1, bmm_seed: int | None = 0,
+                 division_batch_size: int | None = None, diagnostics: bool = True,
+                 select_warmup: bool = True, **kwargs: Any) -> None:
+        super().__init__(vocab_size, backbone, optimizer=optimizer, lr_update=lr_update,
+                         n_networks=1, select_warmup=select_warmup, **kwargs)
+        self.save_hyperparameters(ignore=["backbone", "optimizer"])
+        _check_ranges(self.hparams)
+        self.automatic_optimization = False
+        # Training state (checkpointed):
+        # Lazy until the batch size (its width) is known: setup("fit") or a checkpoint's shape.
+        self.cost_net = CostNetwork()
+        self.queue = ImageQueue(queue_length)
+        self.division_epoch = -1
+        self.clean_prob: Tensor | None = None  # (N,) the Beta mixture's clean posterior
+        self.clean: Tensor | None = None  # (N,) bool, predicted clean
+        self.division_losses: Tensor | None = None  # (N,) the pass's mean hinge (figures)
+        self._saved_queues: Tensor | None = None  # every rank's queue, from a checkpoint
+
+    # ------------------------------------------------------------------ Lightning wiring
+    def configure_callbacks(self) -> list[L.Callback]:
+        """The Beta-mixture division before every epoch after the warm-up, its diagnostics."""
+        callbacks: list[L.Callback] = [GMMDivision()]
+        if self.hparams.diagnostics:
+            callbacks.append(Diagnostics())
+        return callbacks
+
+    def setup(self, stage: str) -> None:
+        """Give the cost network its width, the per-process batch size (before DDP wraps the
+        model: it cannot wrap lazy parameters; a checkpoint of another width replaces it in
+        :meth:`on_load_checkpoint`). For ``fit``: check the queue against the batch and take
+        over the training loader (warm-up passes, then the clean/noisy plan)."""
+        super().setup(stage)
+        dm = retrieval_data(self.trainer, "L2RM")
+        if self.cost_net.width is None:
+            self.cost_net.materialize(int(dm.batch_size))
+        if stage != "fit":
+            return
+        if self.hparams.queue_length < dm.batch_size:
+            raise ConfigError(f"model.queue_length ({self.hparams.queue_length}) must be at least the "
+                              f"per-process batch size data.batch_size ({dm.batch_size}): the queue "
+                              "takes a whole noisy batch every step")
+        self.trainer.reload_dataloaders_every_n_epochs = 1
+        dm.use_train_plan(self.l2rm_dataloader)
+
+    def teardown(self, stage: str) -> None:
+        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        if isinstance(dm, RetrievalData):
+            dm.use_train_plan(None)
+
+    def configure_optimizers(self) -> Any:
+        """The retrieval network's optimiser and the cost network's Adam (``lr_cost``), each with
+        the step schedule after the warm-up (applied per epoch, manual optimisation)."""
+        net_opt = self.optimizer_factory(self.net.parameters())
+        cost_opt = torch.optim.Adam(self.cost_net.parameters(), lr=self.hparams.lr_cost)
+        return [{"optimizer": opt, "lr_scheduler": {
+                    "scheduler": torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor),
+                    "interval": "epoch"}}
+                for opt in (net_opt, cost_opt)]
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Clip the retrieval network's global gradient norm (the cost network is not clipped
+        in the official code); after the precision plugin unscaled the gradients."""
+        if self.hparams.grad_clip > 0 and optimizer is self.optimizers()[0].optimizer:
+            self.clip_gradients(optimizer, gradient_clip_val=self.hparams.grad_clip,
+                                gradient_clip_algorithm="norm")
+
+    # ------------------------------------------------------------------ schedule
+    def is_warmup_epoch(self, epoch: int) -> bool:
+        return epoch < self.hparams.warmup_epochs
+
+    def lr_factor(self, epoch: int) -> float:
+        """lr0 in the warm-up, then ``0.1 ** ((epoch - warmup) // lr_update)`` (official)."""
+        return step_decay(epoch, self.hparams.lr_update, start=self.hparams.warmup_epochs)
+
+    def on_train_epoch_start(self) -> None:
+        super().on_train_epoch_start()  # reseeds and applies lr_factor (manual optimisation)
+        self.log("train/lr_factor", self.lr_factor(self.current_epoch), on_step=False,
+                 on_epoch=True, sync_dist=True)
+
+    def l2rm_dataloader(self, pairs: PairDataset) -> PlanLoader:
+        """This epoch's loader: a shuffled pass over every pair (warm-up) or the clean/noisy
+        plan of the epoch's division, made here if missing (the loader is built before any
+        epoch-start hook; :func:`~ncl.callbacks.division.divide_if_due`)."""
+        trainer, epoch = self.trainer, self.current_epoch
+        dm = retrieval_data(trainer, "L2RM")
+        where = dict(rank=trainer.global_rank, world=trainer.world_size)
+        if self.is_warmup_epoch(epoch):
+            steps = warmup_plan([np.arange(len(pairs))], dm.batch_size, self.training_seed, epoch,
+                                **where)
+        else:
+            divide_if_due(trainer, self, epoch)
+            self._check_division(dm.batch_size, trainer.world_size)
+            steps = rematch_plan(self.clean.numpy(), dm.batch_size, self.training_seed, epoch,
+                                 **where)
+        return PlanLoader(StepDataset(pairs, steps), dm.num_workers,
+                          pin_memory=self.device.type == "cuda")
+
+    def _check_division(self, batch_size: int, world: int) -> None:
+        """One clear error when the division leaves no batch of clean pairs (the official
+        code trains nothing that epoch, silently)."""
+        kept = int(self.clean.sum())
+        if kept < batch_size * world:
+            raise TrainingError(
+                f"L2RM epoch {self.current_epoch}: the Beta-mixture division called {kept} of "
+                f"{self.clean.numel()} pairs clean, fewer than one batch of {batch_size} per "
+                f"process; the division has collapsed (see l2rm/* in metrics.csv): more warm-up "
+                f"epochs or a smaller data.batch_size usually help")
+
+    # ------------------------------------------------------------------ division (GMMDivisible)
+    def division_due(self, epoch: int) -> bool:
+        return not self.is_warmup_epoch(epoch) and self.division_epoch != epoch
+
+    def division_pass(self, epoch: int) -> tuple[PassSpec, GMMSpec]:
+        """Every pair's mean hinge in eval mode over one shuffle cut into batches of the
+        training size (the official ``eval_loss`` on a shuffled loader), and the Beta mixture."""
+        hp = self.hparams
+        size = hp.division_batch_size or retrieval_data(self.trainer, "L2RM").batch_size
+        spec = PassSpec(mean_hinge(hp.margin), (0,), size, True, DIVISION_STREAM, self.training_seed)
+        return spec, GMMSpec(seed=hp.bmm_seed, max_iter=hp.bmm_max_iter, tol=hp.bmm_tol,
+                             mixture="beta", refine_tol=hp.bmm_refine_tol)
+
+    def accept_division(self, epoch: int, values: Tensor, clean_prob: Tensor) -> None:
+        """Clean iff the clean component's posterior > 0.5 (official, strict)."""
+        self.division_losses = values[0].float()
+        self.clean_prob = clean_prob[0].float()
+        self.clean = self.clean_prob > 0.5
+        self.division_epoch = epoch
+
+    # ------------------------------------------------------------------ state
+    def training_state(self) -> dict[str, Any]:
+        """The division (identical on every rank). The queue is per rank: every rank's is
+        added to the checkpoint by :meth:`on_save_checkpoint`."""
+        return {"division_epoch": self.division_epoch, "clean_prob": self.clean_prob,
+                "division_losses": self.division_losses}
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        self.division_epoch = int(state.get("division_epoch", -1))
+        self.clean_prob = state.get("clean_prob")
+        self.division_losses = state.get("division_losses")
+        self.clean = None if self.clean_prob is None else self.clean_prob > 0.5
+        self._saved_queues = state.get("queues")
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep every rank's queue (``queues``: ``(world, Q)`` pair indices, -1 while empty):
+        the queue is per rank, and only rank 0 writes the file. Lightning calls this hook on
+        every rank (``Trainer.save_checkpoint`` runs on all of them), so the gather is safe."""
+        super().on_save_checkpoint(checkpoint)
+        state = checkpoint.setdefault("ncl_training_state", {})
+        state["queues"] = gather_queue_indices(self.queue, self.hparams.queue_length, self.device)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A checkpoint whose cost network has another width (its run's batch size): a resumed
+        fit must keep that batch size; evaluation takes the checkpoint's cost network as it is."""
+        weight = checkpoint.get("state_dict", {}).get("cost_net.weight")
+        if weight is not None and int(weight.shape[0]) != self.cost_net.width:
+            if self.trainer.state.fn == "fit":
+                raise ConfigError(f"cannot resume L2RM with data.batch_size {self.cost_net.width}: "
+                                  f"the checkpoint's cost network is {weight.shape[0]} wide (its "
+                                  "run's per-process batch size); resume with that batch size")
+            self.cost_net = CostNetwork(int(weight.shape[0])).to(self.device)
+        super().on_load_checkpoint(checkpoint)
+
+    # ------------------------------------------------------------------ training
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        if self.is_warmup_epoch(self.current_epoch):
+            self.warmup_step(batch["labelled"])
+        else:
+            self.rematch_step(batch["labelled"], batch.get("unlabelled"), batch_idx)
+
+    def warmup_step(self, batch: Batch) -> None:
+        """The robust warm-up loss on every pair of the batch."""
+        sims = forward_batch(self.net, batch).float()  # (B, B)
+        loss = rce_warmup_loss(sims, self.hparams.tau)
+        self.step_module(self.optimizers()[0], self.net, loss)
+        self.log_train({"loss": loss.detach(), "warmup": loss.detach()}, int(sims.shape[0]))
+
+    def rematch_step(self, clean: Batch, noisy: Batch | None, batch_idx: int) -> None:
+        """Phases A (cost network on key points), B (queue) and C (retrieval network)."""
+        hp = self.hparams
+        net_opt, cost_opt = self.optimizers()
+        logs: dict[str, Tensor | float] = {}
+        if noisy is not None:
+            _no_region_lengths(clean, noisy)
+            self._ensure_queue(batch_idx)
+            logs["cost"] = self.cost_step(clean, batch_idx, cost_opt)
+            self.queue.push(noisy["images"], noisy["index"])
+        sims = forward_batch(self.net, clean).float()  # (B, B)
+        loss_clean = triplet_loss(sims, hp.margin, "hardest").sum()
+        loss = loss_clean
+        if noisy is not None:
+            queue_sims = self.net(self.queue.features, noisy["tokens"], noisy["lengths"]).float()
+            plan = self.transport_plan(queue_sims.detach())  # (Q, B)
+            loss_noisy = symmetric_kl_loss(queue_sims, plan.plan, hp.tau)
+            loss = loss + loss_noisy
+            logs.update({"noisy": loss_noisy.detach(), "transported": plan.mass,
+                         "sinkhorn_iterations": float(plan.iterations)})
+            logs.update(self.rematch_accuracy(noisy["index"], plan.plan))
+        self.step_module(net_opt, self.net, loss)
+        self.log_train({"loss": loss.detach(), "clean": loss_clean.detach(), **logs},
+                       int(sims.shape[0]))
+
+    def cost_step(self, clean: Batch, batch_idx: int, opt: Any) -> Tensor:
+        """Phase A: key points (clean images in random queue slots, a copy) supervise the cost
+        network: the summed cost at those pairs is minimised; the retrieval network scores them
+        in eval mode without gradient (official)."""
+        width = int(clean["index"].shape[0])
+        rng = np.random.default_rng([self.training_seed, self.current_epoch, KEY_STREAM,
+                                     batch_idx, self.global_rank])
+        slots, positions = draw_key_points(width, self.hparams.queue_length, rng,
+                                            self.hparams.key_fraction)
+        keys = insert_key_points(self.queue.features, clean["images"], slots.to(self.device),
+                                 positions.to(self.device))
+        with eval_mode(self.net), torch.no_grad():
+            sims = self.net(keys, clean["tokens"], clean["lengths"]).float()  # (Q, B)
+        loss = key_point_cost_loss(self.cost_net(sims), slots.to(self.device),
+                                   positions.to(self.device))
+        self.step_module(opt, self.cost_net, loss)
+        return loss.detach()
+
+    def transport_plan(self, sims: Tensor) -> PartialPlan:
+        """The partial plan of the learned cost ``max(f(S), 1e-10)`` (no gradient), each
+        noisy caption's own image masked when ``mask_own_image`` says so."""
+        hp = self.hparams
+        with torch.no_grad():
+            cost = self.cost_net(sims).clamp_min(1e-10)
+        mask = own_image_mask(cost.shape[0], cost.shape[1], cost.device) if self.masks_own_image() else None
+        return partial_ot(cost, hp.rho, hp.reg, mask, hp.sinkhorn_max_iter, hp.sinkhorn_threshold,
+                          hp.dummy_scale)
+
+    def masks_own_image(self) -> bool:
+        """``mask_own_image``; ``auto`` is the official rule: on when the data's noise ratio is
+        not 0 (a DataModule without ``noise_ratio`` is taken as noisy)."""
+        choice = self.hparams.mask_own_image
+        if choice != "auto":
+            return choice == "on"
+        dm = getattr(self.trainer, "datamodule", None)
+        return float(getattr(dm, "noise_ratio", 1.0) or 0.0) != 0.0
+
+    def _ensure_queue(self, batch_idx: int) -> None:
+        """The queue's features before the first rematching step: restored from a checkpoint's
+        pair indices (this rank's row), else Q random training pairs' images."""
+        if self.queue.ready:
+            return
+        pairs = retrieval_data(self.trainer, "L2RM").train_pairs()
+        indices = self._restored_queue()
+        if indices is None:
+            rng = np.random.default_rng([self.training_seed, self.current_epoch, QUEUE_STREAM,
+                                         self.global_rank])
+            indices = torch.from_numpy(rng.choice(len(pairs), self.hparams.queue_length, replace=False))
+        images = collate([pairs[int(i)] for i in indices])["images"].to(self.device)
+        self.queue.fill(images, indices.to(torch.int64))
+
+    def _restored_queue(self) -> Tensor | None:
+        """This rank's queue indices from the checkpoint, when it has them for this world."""
+        saved, self._saved_queues = self._saved_queues, None
+        if saved is None or bool((saved < 0).any()):
+            return None
+        if saved.shape[0] != world_size():
+            warnings.warn(f"L2RM: the checkpoint holds the image queues of {saved.shape[0]} "
+                          f"processes, this run has {world_size()}; the queues start again from "
+                          "random training images", NclWarning, stacklevel=2)
+            return None
+        return saved[process_rank()].clone()
+
+    # ------------------------------------------------------------------ diagnostics
+    def rematch_accuracy(self, index: Tensor, plan: Tensor) -> dict[str, float]:
+        """``rematch_true_image``: of this batch's truly mismatched noisy captions whose true
+        image is in the queue, the share whose plan column puts most mass on it (``{}`` when
+        the ground truth is unknown or no such caption)."""
+        pairs = retrieval_data(self.trainer, "L2RM").train_pairs()
+        cap2img, split = getattr(pairs, "cap2img", None), getattr(pairs, "split", None)
+        dm = self.trainer.datamodule
+        if cap2img is None or split is None or not getattr(dm, "clean_mask_known", True):
+            return {}
+        captions = index.cpu().numpy()
+        truth = captions // int(split.im_div)
+        queued = np.asarray(cap2img)[self.queue.indices.cpu().numpy()]  # image of each slot
+        wrong = np.asarray(cap2img)[captions] != truth
+        present = np.array([t in set(queued.tolist()) for t in truth])
+        chosen = queued[plan.argmax(dim=0).cpu().numpy()]
+        eligible = wrong & present
+        if not eligible.any():
+            return {}
+        return {"rematch_true_image": float((chosen[eligible] == truth[eligible]).mean())}
+
+    def epoch_diagnostics(self, epoch: int, true_clean: Tensor | None) -> EpochDiagnostics:
+        """The division epoch ``epoch`` trains on: its size and, with the ground truth, the
+        precision/recall/F1 of the predicted-noisy pairs; the loss histogram with the mixture."""
+        if self.is_warmup_epoch(epoch) or self.division_epoch != epoch or self.clean is None:
+            return EpochDiagnostics()
+        scalars = {"l2rm/predicted_clean": float(self.clean.sum())}
+        if true_clean is not None:
+            m = detection_metrics(self.clean.bool(), true_clean.bool())
+            scalars.update({f"l2rm/{k}": float(m[k]) for k in ("precision", "recall", "f1")})
+        losses = LossView("per-sample loss (mean hinge) of the Beta-mixture division",
+                          {"net": self.division_losses}, self.hparams.bmm_seed, mixture="beta")
+        labels = [LabelView("L2RM clean probability (Beta mixture)", self.clean_prob,
+                            "clean probability")]
+        return EpochDiagnostics(scalars, {"L2RM division": self.clean}, losses, labels)
+
+
+def gather_queue_indices(queue: ImageQueue, length: int, device: torch.device) -> Tensor:
+    """``(world, Q)`` int64: every rank's queue pair indices on CPU (-1 rows for an empty
+    queue), in rank order; a collective under DDP (all ranks call it)."""
+    local = queue.indices if queue.ready else torch.full((length,), -1, dtype=torch.int64)
+    local = local.to(torch.int64).reshape(1, -1)
+    if world_size() == 1:
+        return local.cpu()
+    from ncl.training.distributed import all_gather_cat  # collective, only under DDP
+
+    return all_gather_cat(local.to(device)).cpu()
+
+
+def _no_region_lengths(*batches: Batch) -> None:
+    """The queue holds whole feature tensors; images with different region counts (padded,
+    with ``image_lengths``) would need their lengths queued too."""
+    if any("image_lengths" in b for b in batches):
+        raise ConfigError("L2RM needs images with one region count (the image queue holds raw "
+                          "region features); this data pads images to different counts")
+
+
+def _check_ranges(hp: Any) -> None:
+    """Raise ConfigError naming the offending ``model.*`` option."""
+    for name, least in (("warmup_epochs", 0), ("queue_length", 1), ("sinkhorn_max_iter", 1),
+                        ("bmm_max_iter", 1)):
+        if int(hp[name]) != hp[name] or hp[name] < least:
+            raise ConfigError(f"model.{name} must be an integer >= {least}, got {hp[name]}")
+    for name in ("margin", "tau", "reg", "lr_cost", "sinkhorn_threshold", "dummy_scale", "bmm_tol"):
+        if not hp[name] > 0:
+            raise ConfigError(f"model.{name} must be > 0, got {hp[name]}")
+    if not 0 < hp["rho"] < 1:
+        raise ConfigError(f"model.rho must lie in (0, 1), got {hp['rho']}")
+    if not 0 < hp["key_fraction"] <= 1:
+        raise ConfigError(f"model.key_fraction must lie in (0, 1], got {hp['key_fraction']}")
+    if hp["bmm_refine_tol"] is not None and not hp["bmm_refine_tol"] > 0:
+        raise ConfigError(f"model.bmm_refine_tol must be > 0 or null, got {hp['bmm_refine_tol']}")
+    if hp["division_batch_size"] is not None and hp["division_batch_size"] < 2:
+        raise ConfigError(f"model.division_batch_size must be >= 2 or null, got {hp['division_batch_size']}")

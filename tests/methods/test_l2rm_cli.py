@@ -1,0 +1,127 @@
+"""L2RM through the real CLI on tiny synthetic data (issue 26): the warm-up, the Beta-mixture
+division logged against the ground truth, rematching with the learned cost and the partial
+plan, a test of the best checkpoint; a kill after a rematching epoch resumed exactly (the
+queue and the cost network restored; the kill inside the first rematching epoch is in
+tests/cli/test_resume.py through ``tiny_runs.METHODS``); two CPU processes (DDP on gloo) with
+the same weights, cost network and division on both ranks and a queue per rank."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from cli_helpers import error_lines, main_exit
+from resume_helpers import fit_killed_at
+from tiny_runs import (
+    DDP_DATA,
+    DDP_TRAINER,
+    METHODS,
+    assert_counted_once,
+    assert_same_checkpoints,
+    last_checkpoint,
+    method_config,
+    per_epoch,
+    run_folder,
+    sync_check_args,
+)
+
+from ncl.cli import main
+
+STEPS = 4
+
+
+def l2rm_config(root: Path, cache: Path, epochs: int = 3, steps: int = STEPS, init_args: dict | None = None,
+                **kwargs) -> Path:
+    method = {**METHODS["l2rm"], "init_args": {**METHODS["l2rm"]["init_args"], **(init_args or {})}}
+    return method_config(root, cache, method, max_epochs=epochs, steps=steps, **kwargs)
+
+
+def test_fit_warms_up_divides_rematches_and_tests(tmp_path: Path, synthetic_cache: Path) -> None:
+    config = l2rm_config(tmp_path, synthetic_cache)
+    main(["fit", "--config", str(config)])
+    folder = run_folder(tmp_path)
+    assert sorted(per_epoch(folder, "val/rsum")) == [0, 1, 2]
+    assert sorted(per_epoch(folder, "train/warmup_epoch")) == [0]
+    # the division of every epoch after the warm-up, scored against the ground truth
+    for key in ("l2rm/predicted_clean", "l2rm/precision", "l2rm/recall", "l2rm/f1"):
+        assert sorted(per_epoch(folder, key)) == [1, 2], key
+    # rematching: the symmetric KL, the cost network's key-point loss, the transported mass
+    for key in ("train/noisy_epoch", "train/cost_epoch", "train/clean_epoch"):
+        assert sorted(per_epoch(folder, key)) == [1, 2], key
+    mass = per_epoch(folder, "train/transported_epoch")
+    assert all(0.05 < m <= 0.11 for m in mass.values()), mass  # rho = 0.1 of the unit mass
+    ckpt = last_checkpoint(folder)
+    state = ckpt["ncl_training_state"]
+    assert state["division_epoch"] == 2 and state["clean_prob"].shape == (300,)
+    queues = state["queues"]
+    assert queues.shape == (1, 32) and bool((queues >= 0).all()) and bool((queues < 300).all())
+    weight = ckpt["state_dict"]["cost_net.weight"]
+    assert weight.shape == (16, 16)  # the batch size
+    assert not torch.equal(weight, -torch.eye(16)), "the cost network never trained"
+    assert {k.split(".")[0] for k in ckpt["state_dict"]} == {"nets", "cost_net"}
+    names = {p.name for p in (folder / "figures").iterdir()}
+    assert {"loss_gmm_epoch001.png", "detection.png"} <= names, names
+
+    best = next((folder / "checkpoints").glob("best*.ckpt"))
+    main(["test", "--config", str(config), f"--ckpt_path={best}",
+          f"--trainer.default_root_dir={tmp_path / 'test'}"])
+    results = json.loads(next((tmp_path / "test").rglob("test_results.json")).read_text())
+    assert set(results) == {"net", "training_noise"}
+    assert 0 <= results["net"]["1k"]["rsum"] <= 600
+
+
+def test_kill_after_a_rematching_epoch_resumes_exactly(tmp_path: Path, synthetic_cache: Path) -> None:
+    """Killed in epoch 2, resumed from epoch 1's checkpoint: its queue (the last noisy batches),
+    cost network, both optimisers and division carry on as in the uninterrupted run."""
+    straight_cfg = l2rm_config(tmp_path / "straight", synthetic_cache, epochs=3)
+    main(["fit", "--config", str(straight_cfg)])
+    straight = run_folder(tmp_path / "straight")
+
+    killed_cfg = l2rm_config(tmp_path / "killed", synthetic_cache, epochs=3)
+    # one step per warm-up batch, two per rematching batch (cost network, then the network)
+    killed = fit_killed_at(killed_cfg, tmp_path, STEPS + 2 * STEPS + 4)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    folder = run_folder(tmp_path / "killed")
+    assert last_checkpoint(folder)["epoch"] == 1
+    assert bool((last_checkpoint(folder)["ncl_training_state"]["queues"] >= 0).all())
+    main(["fit", "--config", str(killed_cfg), "--ckpt_path", "last"])
+    assert per_epoch(folder, "val/rsum") == per_epoch(straight, "val/rsum")
+    assert_same_checkpoints(last_checkpoint(straight), last_checkpoint(folder))
+
+
+def test_two_cpu_processes_share_weights_cost_and_division(tmp_path: Path, synthetic_cache: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """RankSyncCheck: the same weights (the cost network's included: averaged gradients) and
+    division on both ranks after every epoch; the checkpoint keeps both ranks' queues, which
+    differ (each holds its own noisy batches); the validation counts every sample once; a
+    resume with two processes continues."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # read by the spawned processes' torch
+    # batches of 4 per process (a division after three warm-up steps is rough: batches of 16
+    # would need 32 pairs called clean), a queue of two batches
+    config = l2rm_config(tmp_path, synthetic_cache, epochs=2, steps=DDP_TRAINER["limit_train_batches"],
+                         init_args={"queue_length": 8}, trainer=DDP_TRAINER,
+                         data={**DDP_DATA, "batch_size": 4})
+    main(["fit", "--config", str(config), *sync_check_args(tmp_path)])
+    assert (tmp_path / "sync_ok_world2").read_text() == "1"
+    folder = run_folder(tmp_path)
+    queues = last_checkpoint(folder)["ncl_training_state"]["queues"]
+    assert queues.shape == (2, 8) and not torch.equal(queues[0], queues[1])
+    assert last_checkpoint(folder)["state_dict"]["cost_net.weight"].shape == (4, 4)
+    assert_counted_once(config, folder, tmp_path)
+    main(["fit", "--config", str(config), "--trainer.max_epochs=3", "--ckpt_path=last",
+          *sync_check_args(tmp_path)])
+    assert (tmp_path / "sync_ok_world2").read_text() == "2"
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("queue_length", 8, "model.queue_length (8) must be at least the per-process batch size"),
+    ("rho", 1.5, "model.rho must lie in (0, 1)"),
+])
+def test_bad_options_are_one_error_line(tmp_path: Path, synthetic_cache: Path, capsys,
+                                        option: str, value: object, message: str) -> None:
+    config = l2rm_config(tmp_path, synthetic_cache, epochs=1, steps=1)
+    err = main_exit(capsys, "fit", "--config", str(config), f"--model.init_args.{option}={value}")
+    lines = error_lines(err)
+    assert len(lines) == 1 and message in lines[0], err
