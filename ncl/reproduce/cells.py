@@ -83,6 +83,11 @@ METHODS: dict[str, list[str]] = {
     # warm-up, as the other methods' summed warm-ups; ncl.reproduce.grid.SMALL_DECL says why).
     "decl": ["--model=ncl.methods.decl.DECL", f"--model.warmup_epochs={WARMUP}", "--model.tau=0.1",
              "--model.hardness_batch_size=64", "--model.hardness_counts_warmup=false"],
+    # L2RM (docs/methods/l2rm.md): 5 warm-up epochs of its robust loss, then the Beta-mixture
+    # division and rematching; the queue as long as the batch (the official 128 = 128);
+    # everything else is its official default (tau 0.05, rho 0.1, reg 0.07, lr_cost 2e-6).
+    "l2rm": ["--model=ncl.methods.l2rm.L2RM", f"--model.warmup_epochs={WARMUP}",
+             "--model.queue_length=64"],
     "clean": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
               "--model.clean_only=true"],
     "clean_sum": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=sum",

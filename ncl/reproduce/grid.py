@@ -27,7 +27,7 @@ LABELS: dict[str, str] = {
     "triplet": "{} (hardest triplet)", "triplet_warmup": "{}* (warm-up, then hardest)",
     "triplet_sum": "{} summed triplet", "infonce": "{} InfoNCE", "ncr": "NCR-{}", "lnc": "LNC-{}",
     "rcl": "RCL-{}", "crcl": "CRCL-{}", "recon": "ReCon-{}", "recon_no_im": "ReCon-{} w/o intra-modal check",
-    "decl": "DECL-{}", "clean": "{}-C (clean only)", "clean_sum": "{}-C summed (clean only)",
+    "decl": "DECL-{}", "l2rm": "L2RM-{}", "clean": "{}-C (clean only)", "clean_sum": "{}-C summed (clean only)",
 }
 
 # --- synthetic-small: measured choices (docs/results.md, "The reproduction tool") -----------------
@@ -55,6 +55,8 @@ SMALL_LNC = ["--model.prediction_form=linear", "--model.clean_rule=greater_equal
 #: first 100-150 steps (k 14 -> 12), as hardest-negative SGR does on this benchmark
 #: (docs/methods/decl.md, "Measured").
 SMALL_DECL = ["--model.hardness_batch_size=16", "--model.hardness_counts_warmup=false"]
+#: L2RM: the queue as long as the batch of 16 (the official queue 128 = batch 128).
+SMALL_L2RM = ["--model.queue_length=16"]
 #: Tiny: the ``tiny`` synthetic preset (6 regions x 16 dims) and a backbone to match.
 TINY_DATA = ["--data.preset=tiny", "--data.n_train=60", "--data.batch_size=16",
              "--model.backbone.init_args.img_dim=16", "--model.backbone.init_args.num_regions=6",
@@ -124,13 +126,13 @@ class Preset:
 def _warmup(epochs: int) -> dict[str, tuple[str, ...]]:
     """Per-method overrides that set the warm-up of the methods that have one."""
     w = (f"--model.warmup_epochs={epochs}",)
-    return {m: w for m in ("triplet_warmup", "ncr", "lnc", "recon", "recon_no_im", "decl")}
+    return {m: w for m in ("triplet_warmup", "ncr", "lnc", "recon", "recon_no_im", "decl", "l2rm")}
 
 
 _ALL_SYNTHETIC = (("triplet", "SGR"), ("triplet", "SAF"), ("triplet_warmup", "SGR"),
                   ("triplet_warmup", "SAF"), ("triplet_sum", "SGR"), ("infonce", "SGR"),
                   ("ncr", "SGR"), ("lnc", "SGR"), ("rcl", "SGR"), ("crcl", "SGR"), ("recon", "SAF"),
-                  ("decl", "SGR"))
+                  ("decl", "SGR"), ("l2rm", "SGR"))
 
 PRESETS: dict[str, Preset] = {
     "tiny": Preset("tiny", rows=(("ncr", "SAF"), ("rcl", "SAF")), noise_types=NOISE_KINDS,
@@ -141,6 +143,7 @@ PRESETS: dict[str, Preset] = {
         seeds=(0, 1, 2), epochs=SMALL_EPOCHS, overrides=(f"--data.batch_size={SMALL_BATCH}",),
         method_overrides={**_warmup(SMALL_WARMUP), "crcl": tuple(SMALL_CRCL),
                           "decl": (*_warmup(SMALL_WARMUP)["decl"], *SMALL_DECL),
+                          "l2rm": (*_warmup(SMALL_WARMUP)["l2rm"], *SMALL_L2RM),
                           "lnc": (*_warmup(SMALL_WARMUP)["lnc"], *SMALL_LNC)}),
     # The single-seed tables of docs/results.md and the method pages: every METHODS row as
     # written (batch 64, 14 epochs, 5 warm-up epochs; CRCL pieces 5/5/4). Their SAF rows are
@@ -157,7 +160,8 @@ PRESETS: dict[str, Preset] = {
         "paper", rows=(("triplet", "sgr"), ("triplet", "saf"), ("triplet_warmup", "sgr"),
                        ("triplet_sum", "sgr"), ("infonce", "sgr"), ("ncr", "sgr"), ("lnc", "sgr"),
                        ("rcl", "sgr"), ("rcl", "saf"), ("crcl", "sgr"), ("crcl", "saf"),
-                       ("recon", "sgr"), ("recon", "saf"), ("decl", "sgr"), ("decl", "saf")),
+                       ("recon", "sgr"), ("recon", "saf"), ("decl", "sgr"), ("decl", "saf"),
+                       ("l2rm", "sgr"), ("l2rm", "saf")),
         noise_types=NOISE_KINDS, noises=(0.0, 0.2, 0.5, 0.8), seeds=(0, 1, 2), epochs=None,
         from_configs=True),
     # configs/*_video_synthetic.yaml as shipped: the table of docs/video.md.

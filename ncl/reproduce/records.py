@@ -25,7 +25,7 @@ DETECTION = ("precision", "recall", "f1")
 DETECTION_VERSION = 2
 #: Methods that divide the data, and where their noise detection is logged.
 DIVIDERS = {"ncr": "co-divide", "lnc": "co-divide", "crcl": "labels", "recon": "three-way",
-            "recon_no_im": "three-way", "decl": "prediction"}
+            "recon_no_im": "three-way", "decl": "prediction", "l2rm": "beta division"}
 
 
 def _hparam(run_folder: Path, name: str) -> int | None:
@@ -72,10 +72,11 @@ def detection_of_row(row: dict[str, str], kind: str) -> dict[str, float] | None:
         if not row.get("labels/noisy_f1"):
             return None
         return {m: float(row[f"labels/noisy_{m}"]) for m in DETECTION}
-    if kind == "prediction":  # DECL: the pairs its correspondence prediction calls noisy
-        if not row.get("decl/f1"):
+    if kind in ("prediction", "beta division"):  # DECL's prediction, L2RM's Beta mixture
+        prefix = "decl" if kind == "prediction" else "l2rm"
+        if not row.get(f"{prefix}/f1"):
             return None
-        return {m: float(row[f"decl/{m}"]) for m in DETECTION}
+        return {m: float(row[f"{prefix}/{m}"]) for m in DETECTION}
     if not row.get("division/noisy_true_noisy"):
         return None
     counts = {k: float(row[f"division/{k}_true_noisy"]) for k in ("clean", "local", "noisy")}
