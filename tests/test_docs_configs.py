@@ -13,7 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 #: page -> config-name prefixes it documents
 PAGES = {"crcl.md": ("crcl_",), "decl.md": ("decl_",), "recon.md": ("recon_",),
-         "ncr_lnc.md": ("ncr_", "lnc_")}
+         "ncr_lnc.md": ("ncr_", "lnc_"), "l2rm.md": ("l2rm_",)}
 
 
 def expand(pattern: str) -> set[str]:

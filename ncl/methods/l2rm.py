@@ -42,11 +42,17 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.cli import OptimizerCallable
-from torch import Tensor, nn
+from torch import Tensor
 
 from ncl.callbacks.diagnostics import Diagnostics
 from ncl.callbacks.division import GMMDivision, divide_if_due
-from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, LabelView, LossView, PassSpec
+from ncl.callbacks.protocols import (
+    EpochDiagnostics,
+    GMMSpec,
+    LabelView,
+    LossView,
+    PassSpec,
+)
 from ncl.data.contracts import RetrievalData, retrieval_data
 from ncl.data.datasets import Batch, PairDataset, collate
 from ncl.division.co_divide import mean_hinge
@@ -56,7 +62,8 @@ from ncl.losses.triplet import triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
 from ncl.metrics.noise_detection import detection_metrics
 from ncl.models.contracts import forward_batch
-from ncl.training.distributed import rank as process_rank, world_size
+from ncl.training.distributed import rank as process_rank
+from ncl.training.distributed import world_size
 from ncl.training.passes import eval_mode
 from ncl.training.plans import PlanLoader, StepDataset, rematch_plan, warmup_plan
 from ncl.training.schedule import step_decay

@@ -8,6 +8,7 @@ the same weights, cost network and division on both ranks and a queue per rank."
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,14 @@ def test_bad_options_are_one_error_line(tmp_path: Path, synthetic_cache: Path, c
     err = main_exit(capsys, "fit", "--config", str(config), f"--model.init_args.{option}={value}")
     lines = error_lines(err)
     assert len(lines) == 1 and message in lines[0], err
+
+
+def test_rematching_in_bf16_mixed_logs_finite_values(tmp_path: Path, synthetic_cache: Path) -> None:
+    """The step after the warm-up under bf16 autocast (tests/cli/test_bf16.py runs L2RM's
+    warm-up in bf16 and its rematching in float32): the transport still runs in float64."""
+    config = l2rm_config(tmp_path, synthetic_cache, epochs=2, steps=2)
+    main(["fit", "--config", str(config), "--trainer.precision=bf16-mixed"])
+    folder = run_folder(tmp_path)
+    for key in ("train/noisy_epoch", "train/cost_epoch", "train/transported_epoch"):
+        values = per_epoch(folder, key)
+        assert list(values) == [1] and all(math.isfinite(v) for v in values.values()), key
