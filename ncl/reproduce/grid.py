@@ -68,7 +68,7 @@ PAPER_CONFIGS: dict[str, str] = {
     "triplet": "baseline_triplet_{bb}_{ds}", "triplet_warmup": "baseline_triplet_warmup_{bb}_{ds}",
     "triplet_sum": "baseline_triplet_sum_{bb}_{ds}", "infonce": "baseline_infonce_{bb}_{ds}",
     "ncr": "ncr_{bb}_{ds}", "lnc": "lnc_{bb}_{ds}", "rcl": "rcl_{bb}_{ds}", "crcl": "crcl_{bb}_{ds}",
-    "recon": "recon_{bb}_{ds}", "decl": "decl_{bb}_{ds}",
+    "recon": "recon_{bb}_{ds}", "decl": "decl_{bb}_{ds}", "l2rm": "l2rm_{bb}_{ds}",
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from tiny_runs import (
     DDP_DATA,
     DDP_TRAINER,
     METHODS,
+    TINY_SGRAF,
     assert_counted_once,
     assert_same_checkpoints,
     last_checkpoint,
@@ -29,6 +31,8 @@ from tiny_runs import (
 )
 
 from ncl.cli import main
+from ncl.methods.pretrained import Pretrained
+from ncl.models.sgraf import SGRAF
 
 STEPS = 4
 
@@ -71,6 +75,14 @@ def test_fit_warms_up_divides_rematches_and_tests(tmp_path: Path, synthetic_cach
     results = json.loads(next((tmp_path / "test").rglob("test_results.json")).read_text())
     assert set(results) == {"net", "training_noise"}
     assert 0 <= results["net"]["1k"]["rsum"] <= 600
+    # "L2RM-SGRAF": two L2RM checkpoints ensemble by their scores (the cost network is not
+    # part of a retrieval network and is left out)
+    vocab = ckpt["hyper_parameters"]["vocab_size"]
+    ensemble = Pretrained(vocab, [partial(SGRAF, **TINY_SGRAF)] * 2, [str(best), str(folder / "checkpoints" / "last.ckpt")],
+                          names=["a", "b"])
+    assert ensemble.rule == "score"
+    assert torch.equal(ensemble.nets[1].state_dict()["img_enc.fc.weight"],
+                       ckpt["state_dict"]["nets.0.img_enc.fc.weight"])
 
 
 def test_kill_after_a_rematching_epoch_resumes_exactly(tmp_path: Path, synthetic_cache: Path) -> None:
