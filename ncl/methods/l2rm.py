@@ -56,7 +56,7 @@ from ncl.callbacks.protocols import (
 from ncl.data.contracts import RetrievalData, retrieval_data
 from ncl.data.datasets import Batch, PairDataset, collate
 from ncl.division.co_divide import mean_hinge
-from ncl.errors import ConfigError, NclWarning, TrainingError
+from ncl.errors import ConfigError, NclWarning
 from ncl.losses.l2rm import rce_warmup_loss, symmetric_kl_loss
 from ncl.losses.triplet import triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
@@ -65,7 +65,7 @@ from ncl.models.contracts import forward_batch
 from ncl.training.distributed import rank as process_rank
 from ncl.training.distributed import world_size
 from ncl.training.passes import eval_mode
-from ncl.training.plans import PlanLoader, StepDataset, rematch_plan, warmup_plan
+from ncl.training.plans import PlanLoader, Step, StepDataset, rematch_plan, warmup_plan
 from ncl.training.schedule import step_decay
 from ncl.transport.cost import (
     CostNetwork,
@@ -215,22 +215,26 @@ class L2RM(RetrievalMethod):
                                 **where)
         else:
             divide_if_due(trainer, self, epoch)
-            self._check_division(dm.batch_size, trainer.world_size)
             steps = rematch_plan(self.clean.numpy(), dm.batch_size, self.training_seed, epoch,
                                  **where)
+            if not steps:
+                steps = self._idle_epoch(dm.batch_size, trainer.world_size)
         return PlanLoader(StepDataset(pairs, steps), dm.num_workers,
                           pin_memory=self.device.type == "cuda")
 
-    def _check_division(self, batch_size: int, world: int) -> None:
-        """One clear error when the division leaves no batch of clean pairs (the official
-        code trains nothing that epoch, silently)."""
+    def _idle_epoch(self, batch_size: int, world: int) -> list[Step]:
+        """The plan of an epoch whose division leaves no full batch of clean pairs: the official
+        code trains nothing that epoch (its clean loader is empty) and divides again before the
+        next. Lightning cannot run an epoch without batches, so the epoch gets one step that
+        :meth:`rematch_step` skips (``train/idle``), and a warning says why."""
         kept = int(self.clean.sum())
-        if kept < batch_size * world:
-            raise TrainingError(
-                f"L2RM epoch {self.current_epoch}: the Beta-mixture division called {kept} of "
-                f"{self.clean.numel()} pairs clean, fewer than one batch of {batch_size} per "
-                f"process; the division has collapsed (see l2rm/* in metrics.csv): more warm-up "
-                f"epochs or a smaller data.batch_size usually help")
+        if self.global_rank == 0:
+            warnings.warn(f"L2RM epoch {self.current_epoch}: the Beta-mixture division called "
+                          f"{kept} of {self.clean.numel()} pairs clean, fewer than one batch of "
+                          f"{batch_size} per process ({world} process(es)); as the official code, "
+                          "nothing trains this epoch and the next epoch divides again (see l2rm/* "
+                          "in metrics.csv)", NclWarning, stacklevel=2)
+        return [Step(0, np.zeros(1, dtype=np.int64))]
 
     # ------------------------------------------------------------------ division (GMMDivisible)
     def division_due(self, epoch: int) -> bool:
@@ -301,8 +305,12 @@ class L2RM(RetrievalMethod):
         self.log_train({"loss": loss.detach(), "warmup": loss.detach()}, int(sims.shape[0]))
 
     def rematch_step(self, clean: Batch, noisy: Batch | None, batch_idx: int) -> None:
-        """Phases A (cost network on key points), B (queue) and C (retrieval network)."""
+        """Phases A (cost network on key points), B (queue) and C (retrieval network); an idle
+        epoch's single short batch (:meth:`_idle_epoch`) trains nothing."""
         hp = self.hparams
+        if int(clean["index"].shape[0]) < self.cost_net.width:
+            self.log("train/idle", 1.0, on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
+            return
         net_opt, cost_opt = self.optimizers()
         logs: dict[str, Tensor | float] = {}
         if noisy is not None:

@@ -149,3 +149,26 @@ def test_rematching_in_bf16_mixed_logs_finite_values(tmp_path: Path, synthetic_c
     for key in ("train/noisy_epoch", "train/cost_epoch", "train/transported_epoch"):
         values = per_epoch(folder, key)
         assert list(values) == [1] and all(math.isfinite(v) for v in values.values()), key
+
+
+def test_a_division_without_a_clean_batch_idles_the_epoch(tmp_path: Path, synthetic_cache: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Beta mixture that calls fewer pairs clean than a batch (a collapsed model: a few
+    outliers at the smallest loss form the clean component) trains nothing that epoch, as the
+    official code's empty clean loader, and divides again the next epoch: the weights, so the
+    validation, stay those of the warm-up."""
+    import ncl.callbacks.division as division
+
+    def three_clean(values, *args, **kwargs):
+        prob = torch.zeros_like(values, dtype=torch.float32)
+        prob[:3] = 1.0
+        return prob
+
+    monkeypatch.setattr(division, "beta_clean_probability", three_clean)
+    config = l2rm_config(tmp_path, synthetic_cache, epochs=3)
+    main(["fit", "--config", str(config)])
+    folder = run_folder(tmp_path)
+    assert per_epoch(folder, "train/idle") == {1: 1.0, 2: 1.0}
+    assert per_epoch(folder, "l2rm/predicted_clean") == {1: 3.0, 2: 3.0}
+    rsum = per_epoch(folder, "val/rsum")
+    assert rsum[0] == rsum[1] == rsum[2]
