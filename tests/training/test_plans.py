@@ -8,6 +8,7 @@ import torch
 from callbacks.ncr_fakes import FakePairs
 from torch.utils.data.distributed import DistributedSampler
 
+from ncl.training.passes import deal_batches
 from ncl.training.plans import (
     PlanLoader,
     Step,
@@ -16,10 +17,10 @@ from ncl.training.plans import (
     cotrain_plan,
     cycled_batches,
     limit_steps,
+    rematch_plan,
     shard,
     warmup_plan,
 )
-from ncl.training.passes import deal_batches
 
 
 @pytest.mark.parametrize(("n", "world"), [(10, 3), (7, 2), (2, 4), (12, 1)])
@@ -133,3 +134,24 @@ def test_step_dataset_and_plan_loader_collate() -> None:
     torch.testing.assert_close(items[0]["labelled"]["images"][1], pairs.images[1])
     assert items[1]["unlabelled"]["index"].tolist() == [7, 8]
     assert items[1]["labelled"]["tokens"].shape == (3, 3)
+
+
+def test_rematch_plan_pairs_full_clean_and_cycled_noisy_batches() -> None:
+    """L2RM's epoch: one pass over the clean pairs in full batches (the last incomplete one
+    dropped), each step with a full noisy batch from a re-shuffled cycle; no noisy batch when
+    the noisy pairs cannot fill one; the same number of steps on every rank."""
+    clean = np.zeros(50, dtype=bool)
+    clean[:37] = True  # 37 clean, 13 noisy
+    steps = rematch_plan(clean, batch_size=8, seed=0, epoch=1)
+    assert len(steps) == 4  # 37 // 8
+    assert all(len(s.labelled) == 8 and len(s.unlabelled) == 8 for s in steps)
+    assert all(clean[s.labelled].all() and not clean[s.unlabelled].any() for s in steps)
+    assert len({int(i) for s in steps for i in s.labelled}) == 32  # one pass, no repeats
+    assert rematch_plan(clean, batch_size=8, seed=0, epoch=1)[0].labelled.tolist() == \
+        steps[0].labelled.tolist()  # a function of (seed, epoch)
+    few_noisy = np.ones(50, dtype=bool)
+    few_noisy[:5] = False
+    assert all(s.unlabelled is None for s in rematch_plan(few_noisy, 8, 0, 1))
+    assert rematch_plan(np.arange(50) < 7, 8, 0, 1) == []  # no full clean batch
+    ranks = [rematch_plan(clean, 4, 0, 1, rank=r, world=2) for r in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1]) == 4
