@@ -48,6 +48,7 @@ from torch import Tensor
 
 from ncl.data.vocab import END, START
 from ncl.errors import ConfigError
+from ncl.training.streams import declare_stream
 
 SpecialTokens = Literal["augment", "keep"]
 RandomIds = Literal["official", "words"]
@@ -229,8 +230,8 @@ def _like(out: np.ndarray, template: ArrayT) -> ArrayT:
 
 
 # ---------------------------------------------------------------------------- the data hook
-#: Stream identifier of the per-sample augmentation draws; ``ncl.data.samplers`` uses 11-13.
-AUGMENT_STREAM = 14
+#: Stream identifier of the per-sample augmentation draws (:mod:`ncl.training.streams`).
+AUGMENT_STREAM = declare_stream(14, "augment.per_sample")
 
 TrainItem = dict[str, object]
 """One training pair as :class:`~ncl.data.datasets.PairDataset` returns it::

@@ -19,8 +19,13 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-# Stream identifiers: every consumer of (seed, epoch) gets an independent stream.
-SHUFFLE_STREAM, GLOBAL_TORCH_STREAM, METHOD_STREAM = 11, 12, 13
+from ncl.training.streams import declare_stream
+
+# Stream identifiers: every consumer of (seed, epoch) gets an independent stream
+# (declared in ncl.training.streams, which keeps them unique).
+SHUFFLE_STREAM = declare_stream(11, "samplers.shuffle")
+GLOBAL_TORCH_STREAM = declare_stream(12, "samplers.global_torch")
+METHOD_STREAM = declare_stream(13, "samplers.method")
 
 
 def global_seed(default: int = 0) -> int:

@@ -39,12 +39,13 @@ from ncl.training.passes import PassSpec, PerSampleFn
 from ncl.training.pieces import (OFFICIAL_SCHEDULES_TRAIN_SH, OFFICIAL_WARM_EPOCH, PieceLocation,
                                  PieceSchedule)
 from ncl.training.state import PerSampleState, overwrite
+from ncl.training.streams import declare_stream
 
 Selection = Literal["all", "last_piece"]
 
 #: Stream id of :func:`~ncl.data.samplers.epoch_seed` for the shuffle of the paper rule's
 #: estimate pass (the re-initialised weights use :data:`ncl.callbacks.self_refining.REINIT_STREAM`).
-ESTIMATE_STREAM = 22
+ESTIMATE_STREAM = declare_stream(22, "crcl.estimate")
 #: The official ``train.sh``: ``--schedules 5,5,5,30`` plus ``--warm_epoch 2`` per piece.
 OFFICIAL_PIECES = tuple(k + OFFICIAL_WARM_EPOCH for k in OFFICIAL_SCHEDULES_TRAIN_SH)  # 7, 7, 7, 32
 

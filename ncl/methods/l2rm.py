@@ -67,6 +67,7 @@ from ncl.training.distributed import world_size
 from ncl.training.passes import eval_mode
 from ncl.training.plans import PlanLoader, Step, StepDataset, rematch_plan, warmup_plan
 from ncl.training.schedule import step_decay
+from ncl.training.streams import declare_stream
 from ncl.transport.cost import (
     CostNetwork,
     ImageQueue,
@@ -79,9 +80,11 @@ from ncl.transport.partial_ot import PartialPlan, partial_ot
 
 MaskOwnImage = Literal["auto", "on", "off"]
 
-#: Stream ids of the method's own draws (plans use 1-4, samplers 11-14, CRCL 21-22, ReCon 31,
-#: DECL 41): the division pass's shuffle, the first queue, the key points of each step.
-DIVISION_STREAM, QUEUE_STREAM, KEY_STREAM = 51, 52, 53
+#: Stream ids of the method's own draws (:mod:`ncl.training.streams`): the division pass's
+#: shuffle, the first queue, the key points of each step.
+DIVISION_STREAM = declare_stream(51, "l2rm.division")
+QUEUE_STREAM = declare_stream(52, "l2rm.queue")
+KEY_STREAM = declare_stream(53, "l2rm.key_points")
 
 
 class L2RM(RetrievalMethod):

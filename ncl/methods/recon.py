@@ -42,14 +42,15 @@ from ncl.losses.recon_forward import (RelationFeatures, RelationOptions, Score, 
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.training.schedule import step_decay
 from ncl.training.state import PerSampleState
+from ncl.training.streams import declare_stream
 
 PenaltySource = Literal["division", "step"]
 LrSchedule = Literal["after_warmup", "global"]
 Reduction = Literal["mean", "sum"]
 
-#: Stream id of the division pass's shuffle (:func:`~ncl.training.passes.pass_order`);
-#: plans use 1-4, samplers/augmentation 11-14, CRCL 21-22.
-DIVISION_STREAM = 31
+#: Stream id of the division pass's shuffle (:func:`~ncl.training.passes.pass_order`;
+#: :mod:`ncl.training.streams` keeps the ids unique).
+DIVISION_STREAM = declare_stream(31, "recon.division")
 
 
 class ReCon(RetrievalMethod):

@@ -28,9 +28,14 @@ from torch.utils.data import DataLoader, Dataset
 
 from ncl.data.datasets import Batch, collate
 from ncl.errors import TrainingError
+from ncl.training.streams import declare_stream
 
-# Stream identifiers mixed into the seed so that every shuffle is an independent stream.
-WARMUP_STREAM, LABELLED_STREAM, UNLABELLED_STREAM, DIVISION_STREAM = 1, 2, 3, 4
+# Stream identifiers mixed into the seed so that every shuffle is an independent stream
+# (declared in ncl.training.streams, which keeps them unique).
+WARMUP_STREAM = declare_stream(1, "plans.warmup")
+LABELLED_STREAM = declare_stream(2, "plans.labelled")
+UNLABELLED_STREAM = declare_stream(3, "plans.unlabelled")
+DIVISION_STREAM = declare_stream(4, "plans.division")
 
 
 @dataclass(frozen=True)
