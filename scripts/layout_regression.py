@@ -1,9 +1,10 @@
 """Per-epoch validation rSum of every method on the ``tiny`` synthetic preset, for refactors.
 
 A refactor of ncl keeps every number (issue 23). This script trains one small, seed-fixed run
-per method (RCL, Triplet with warm-up, InfoNCE, InfoNCE clean-only, NCR, LNC, CRCL with the
-official and the paper label rule, ReCon, RCL on VSE-infinity, LNC on the gated video model)
-through the real ``ncl fit`` from the shipped configs, at one thread and in deterministic mode,
+per case the method classes declare (``spec.regression``, :mod:`ncl.methods.declaration`: RCL,
+Triplet with warm-up, InfoNCE, InfoNCE clean-only, NCR, LNC, CRCL with the official and the
+paper label rule, ReCon, DECL, L2RM, RCL on VSE-infinity, LNC on the gated video model) through
+the real ``ncl fit`` from the shipped configs, at one thread and in deterministic mode,
 and writes ``{case: {epoch: rSum, "weights": SHA-256 of the final weights}}`` with every digit. Record the values on the commit before a
 refactor, then compare after it::
 
@@ -28,48 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this checkout's ncl, whatever is installed
 
-TINY_SGRAF = ["--model.backbone.init_args.img_dim=16", "--model.backbone.init_args.num_regions=6",
-              "--model.backbone.init_args.word_dim=8", "--model.backbone.init_args.embed_size=16",
-              "--model.backbone.init_args.sim_dim=8"]
-TINY_DATA = ["--data=ncl.data.datamodule.SyntheticDataModule", "--data.preset=tiny",
-             "--data.batch_size=16", "--data.noise_type=caption", "--data.noise_ratio=0.4",
-             "--data.noise_seed=0", "--data.noise_file=null"]
-LR = ["--model.optimizer=torch.optim.Adam", "--model.optimizer.lr=0.002"]
-# CRCL's configs use AdamW. When the reference was recorded they stated weight_decay 0.01, and
-# jsonargparse carries a stated value over when --model.optimizer switches the class, so those
-# runs trained Adam with weight decay 0.01. The composed configs no longer restate AdamW's
-# default, so the switch now gives Adam's own 0.0: the cases name the value they were recorded with.
-CRCL_LR = [*LR, "--model.optimizer.weight_decay=0.01"]
+from ncl.methods.declaration import regression_cases  # noqa: E402
 
-#: case -> (config, extra arguments); four epochs each unless the arguments say otherwise.
+#: case -> (config, extra arguments); four epochs each unless the arguments say otherwise: what
+#: each method class declares (``spec.regression``, :mod:`ncl.methods.declaration`).
 CASES: dict[str, tuple[str, list[str]]] = {
-    "rcl": ("rcl_sgr_f30k.yaml", [*TINY_SGRAF, *TINY_DATA, *LR, "--model.negative_ratio=0.5"]),
-    "triplet_warmup": ("baseline_triplet_warmup_sgr_f30k.yaml",
-                       [*TINY_SGRAF, *TINY_DATA, *LR, "--model.warmup_epochs=1"]),
-    "infonce": ("baseline_infonce_sgr_f30k.yaml", [*TINY_SGRAF, *TINY_DATA, *LR]),
-    "infonce_clean": ("baseline_infonce_sgr_f30k.yaml",
-                      [*TINY_SGRAF, *TINY_DATA, *LR, "--model.clean_only=true"]),
-    "ncr": ("ncr_sgr_f30k.yaml", [*TINY_SGRAF, *TINY_DATA, *LR, "--model.warmup_epochs=1",
-                                  "--model.unlabelled_start=0"]),
-    "lnc": ("lnc_sgr_f30k.yaml", [*TINY_SGRAF, *TINY_DATA, *LR, "--model.warmup_epochs=2",
-                                  "--model.unlabelled_start=0"]),
-    "crcl_official": ("crcl_sgr_f30k.yaml",
-                      [*TINY_SGRAF, *TINY_DATA, *CRCL_LR, "--model.pieces=[2,2]",
-                       "--model.freeze_epochs=1", "--model.rule=official", "--data.augment=null"]),
-    "crcl_paper": ("crcl_sgr_f30k.yaml",
-                   [*TINY_SGRAF, *TINY_DATA, *CRCL_LR, "--model.pieces=[2,2]",
-                    "--model.freeze_epochs=1", "--model.rule=paper", "--data.augment=null"]),
-    "recon": ("recon_sgr_f30k.yaml", [*TINY_SGRAF, *TINY_DATA, *LR, "--model.warmup_epochs=1",
-                                      "--data.augment=null"]),
-    "rcl_vse": ("rcl_vse_synthetic.yaml",
-                ["--model.backbone.init_args.img_dim=16", "--model.backbone.init_args.word_dim=8",
-                 "--model.backbone.init_args.embed_size=16", *TINY_DATA]),
-    "lnc_video": ("lnc_video_synthetic.yaml",
-                  ["--model.backbone.init_args.img_dim=12", "--model.backbone.init_args.word_dim=8",
-                   "--model.backbone.init_args.text_dim=16", "--model.backbone.init_args.embed_size=16",
-                   "--data.preset=tiny", "--data.batch_size=16", "--data.eval_batch_size=64"]),
-}
+    name: (case.config, list(case.args)) for name, case in regression_cases().items()}
 
 
 def command(case: str, out: Path) -> list[str]:

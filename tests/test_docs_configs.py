@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from ncl.methods.declaration import doc_pages
+
 REPO = Path(__file__).resolve().parents[1]
-#: page -> config-name prefixes it documents
-PAGES = {"crcl.md": ("crcl_",), "decl.md": ("decl_",), "recon.md": ("recon_",),
-         "ncr_lnc.md": ("ncr_", "lnc_"), "l2rm.md": ("l2rm_",)}
+#: page -> config-name prefixes it documents: what each method class declares (``spec.page``,
+#: ``spec.config_prefixes``, :mod:`ncl.methods.declaration`).
+PAGES = doc_pages()
 
 
 def expand(pattern: str) -> set[str]:

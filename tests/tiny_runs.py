@@ -13,6 +13,7 @@ import lightning as L
 import torch
 import yaml
 
+from ncl.methods.declaration import tiny_cases
 from ncl.training.distributed import all_gather_cat
 
 #: A small SAF that trains on the ``tiny`` synthetic preset (6 regions x 16 dims).
@@ -41,31 +42,9 @@ def tiny_trainer(root: Path, max_epochs: int, steps: int, monitor: str = "val/rs
 #: torch's global stream matter.
 TINY_SGRAF = {"img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16, "sim_dim": 8,
               "similarity_strategy": "chunked"}
-#: One tiny case per method (``class_path`` and switches), shared by the resume and DDP tests.
-METHODS: dict[str, dict[str, Any]] = {
-    # random negatives (negative_ratio in (0, 1)) exercise the method's own generator
-    "rcl": {"class_path": "ncl.methods.rcl.RCL", "init_args": {"negative_ratio": 0.5}},
-    "triplet_warmup": {"class_path": "ncl.methods.baselines.Triplet",
-                       "init_args": {"warmup_epochs": 1, "negatives": "hardest"}},
-    "infonce_clean": {"class_path": "ncl.methods.baselines.InfoNCE", "init_args": {"clean_only": True}},
-    # co-teaching with dropout on: its plans are seeded per epoch, dropout by the base class
-    "ncr": {"class_path": "ncl.methods.ncr.NCR", "init_args": {"warmup_epochs": 1, "unlabelled_start": 0}},
-    # LNC as configs/lnc_sgr_*.yaml: momentum targets (per-sample state carried across epochs),
-    # Randomly Noise Abandon (a random draw in warm-up epochs >= 1), LNC's rules
-    "lnc": {"class_path": "ncl.methods.ncr.NCR",
-            "init_args": {"warmup_epochs": 2, "unlabelled_start": 0, "momentum_regularization": True,
-                          "noise_abandon": True, "prediction_form": "linear",
-                          "clean_rule": "greater_equal", "ncr_margin_mode": "per_sample"}},
-    # DECL: a prediction table and a step counter carried across epochs; k falls from 16 to the
-    # floor within the run (eta 1.0), so a resume that lost the counter would train differently
-    "decl": {"class_path": "ncl.methods.decl.DECL",
-             "init_args": {"warmup_epochs": 1, "hardness_batch_size": 16, "eta": 1.0, "mu": 3}},
-    # L2RM: a division carried across epochs, a cost network with its own optimiser, an image
-    # queue twice the batch (so the FIFO shift matters) and key points drawn per step; lr_cost
-    # raised so that the cost network moves visibly in a few steps
-    "l2rm": {"class_path": "ncl.methods.l2rm.L2RM",
-             "init_args": {"warmup_epochs": 1, "queue_length": 32, "lr_cost": 1e-3}},
-}
+#: One tiny case per method (``class_path`` and switches), shared by the resume, DDP and bf16
+#: tests: what each method class declares (``spec.tiny``, :mod:`ncl.methods.declaration`).
+METHODS: dict[str, dict[str, Any]] = tiny_cases()
 
 
 def method_config(root: Path, cache: Path, method: dict[str, Any], max_epochs: int, steps: int,

@@ -12,7 +12,7 @@ with real noise (CC152K) has no ground truth, so there it stops with one error.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from ncl.data.contracts import RetrievalData, clean_mask_known, retrieval_data
 from ncl.errors import ConfigError
 from ncl.losses import infonce_loss, triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
+from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
 from ncl.models.contracts import forward_batch
 
 
@@ -104,6 +105,28 @@ class Triplet(_Baseline):
             ("SGR*" uses a few epochs of warm-up with hardest negatives afterwards).
     """
 
+    spec: ClassVar[MethodSpec] = MethodSpec(
+        rows=(Row("triplet", "{} (hardest triplet)", order=20, paper_config="baseline_triplet_{bb}_{ds}",
+                  overrides=("--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest")),
+              Row("triplet_sum", "{} summed triplet", order=30, paper_config="baseline_triplet_sum_{bb}_{ds}",
+                  overrides=("--model=ncl.methods.baselines.Triplet", "--model.negatives=sum")),
+              # "SGR*": summed negatives for the first 5 epochs, hardest negatives afterwards.
+              Row("triplet_warmup", "{}* (warm-up, then hardest)", order=40, warmup=True,
+                  paper_config="baseline_triplet_warmup_{bb}_{ds}",
+                  overrides=("--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
+                             f"--model.warmup_epochs={BENCHMARK_WARMUP}")),
+              # the "-C" references (clean pairs only) close the tables
+              Row("clean", "{}-C (clean only)", order=900,
+                  overrides=("--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
+                             "--model.clean_only=true")),
+              Row("clean_sum", "{}-C summed (clean only)", order=910,
+                  overrides=("--model=ncl.methods.baselines.Triplet", "--model.negatives=sum",
+                             "--model.clean_only=true"))),
+        tiny={"triplet_warmup": {"warmup_epochs": 1, "negatives": "hardest"}},
+        regression={"triplet_warmup": RegressionCase("baseline_triplet_warmup_sgr_f30k.yaml",
+                                                     (*TINY_RUN_ARGS, "--model.warmup_epochs=1"))},
+        config_prefixes=("baseline_triplet",))
+
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = default_optimizer, margin: float = 0.2,
                  negatives: Literal["hardest", "sum"] = "hardest", warmup_epochs: int = 0,
@@ -118,6 +141,15 @@ class Triplet(_Baseline):
 
 class InfoNCE(_Baseline):
     """Symmetric InfoNCE with temperature ``tau``; mean over the batch."""
+
+    spec: ClassVar[MethodSpec] = MethodSpec(
+        rows=(Row("infonce", "{} InfoNCE", order=50, paper_config="baseline_infonce_{bb}_{ds}",
+                  overrides=("--model=ncl.methods.baselines.InfoNCE",)),),
+        tiny={"infonce_clean": {"clean_only": True}},
+        regression={"infonce": RegressionCase("baseline_infonce_sgr_f30k.yaml", TINY_RUN_ARGS),
+                    "infonce_clean": RegressionCase("baseline_infonce_sgr_f30k.yaml",
+                                                    (*TINY_RUN_ARGS, "--model.clean_only=true"))},
+        config_prefixes=("baseline_infonce",))
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = default_optimizer, tau: float = 0.05,

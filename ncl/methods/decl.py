@@ -29,7 +29,7 @@ rank batches of the same sizes).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import lightning as L
 import torch
@@ -51,6 +51,7 @@ from ncl.losses.decl import (
     reduce_rdh,
 )
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
+from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
 from ncl.metrics.noise_detection import detection_metrics
 from ncl.models.contracts import forward_logits
 from ncl.training.schedule import step_decay
@@ -106,6 +107,33 @@ class DECL(RetrievalMethod):
             schedule counts the epochs after it) or ``global``.
         diagnostics: log the prediction (and its detection quality, with ground truth).
     """
+
+    spec: ClassVar[MethodSpec] = MethodSpec(
+        # docs/methods/decl.md: 5 warm-up epochs on identity labels, then the per-epoch
+        # correspondence prediction; its own evidence temperature (tau 0.1; the quickstart's
+        # 0.05 is RCL's and would otherwise carry over); k starts from the benchmark's batch (64)
+        # rather than the official option 128, and its counter after the warm-up (every
+        # negative in the warm-up, as the other methods' summed warm-ups).
+        # synthetic-small: k starts from the batch (16), not the option 128 (which a batch of 16
+        # clips to B - 1 until step 4,480, past the 2,504 steps of the run), and its step counter
+        # starts after the warm-up: the warm-up trains on every negative (k = B - 1, as the other
+        # methods' summed warm-ups here) and k falls to mu = 5 in the 440 steps after it
+        # (official eta). With the counter over the warm-up too, the scores of every probe
+        # collapsed to a constant within the first 100-150 steps (k 14 -> 12), as hardest-negative
+        # SGR does on this benchmark (docs/methods/decl.md, "Measured").
+        rows=(Row("decl", "DECL-{}", order=110, warmup=True, paper_config="decl_{bb}_{ds}",
+                  divides="prediction",
+                  overrides=("--model=ncl.methods.decl.DECL", f"--model.warmup_epochs={BENCHMARK_WARMUP}",
+                             "--model.tau=0.1", "--model.hardness_batch_size=64",
+                             "--model.hardness_counts_warmup=false"),
+                  small=("--model.hardness_batch_size=16", "--model.hardness_counts_warmup=false")),),
+        # a prediction table and a step counter carried across epochs; k falls from 16 to the
+        # floor within the run (eta 1.0), so a resume that lost the counter would train differently
+        tiny={"decl": {"warmup_epochs": 1, "hardness_batch_size": 16, "eta": 1.0, "mu": 3}},
+        regression={"decl": RegressionCase("decl_sgr_f30k.yaml", (
+            *TINY_RUN_ARGS, "--model.warmup_epochs=1", "--model.hardness_batch_size=16",
+            "--model.eta=1.0", "--model.mu=3"))},
+        page="decl.md", config_prefixes=("decl_",))
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = default_optimizer, lr_update: int = 20,

@@ -36,7 +36,7 @@ queue (gathered in :meth:`L2RM.on_save_checkpoint`) so that each rank resumes it
 from __future__ import annotations
 
 import warnings
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import lightning as L
 import numpy as np
@@ -60,6 +60,7 @@ from ncl.errors import ConfigError, NclWarning
 from ncl.losses.l2rm import rce_warmup_loss, symmetric_kl_loss
 from ncl.losses.triplet import triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
+from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
 from ncl.metrics.noise_detection import detection_metrics
 from ncl.models.contracts import forward_batch
 from ncl.training.distributed import rank as process_rank
@@ -118,6 +119,25 @@ class L2RM(RetrievalMethod):
         division_batch_size: batch of the division pass (``None``: the training batch size).
         diagnostics: log the division's quality and the rematching's against the ground truth.
     """
+
+    spec: ClassVar[MethodSpec] = MethodSpec(
+        # docs/methods/l2rm.md: 5 warm-up epochs of its robust loss, then the Beta-mixture
+        # division and rematching; the queue as long as the batch (the official 128 = 128; 16
+        # in synthetic-small); everything else is its official default (tau 0.05, rho 0.1,
+        # reg 0.07, lr_cost 2e-6).
+        rows=(Row("l2rm", "L2RM-{}", order=120, warmup=True, paper_config="l2rm_{bb}_{ds}",
+                  divides="beta division",
+                  overrides=("--model=ncl.methods.l2rm.L2RM", f"--model.warmup_epochs={BENCHMARK_WARMUP}",
+                             "--model.queue_length=64"),
+                  small=("--model.queue_length=16",)),),
+        # a division carried across epochs, a cost network with its own optimiser, an image
+        # queue twice the batch (so the FIFO shift matters) and key points drawn per step;
+        # lr_cost raised so that the cost network moves visibly in a few steps
+        tiny={"l2rm": {"warmup_epochs": 1, "queue_length": 32, "lr_cost": 1e-3}},
+        regression={"l2rm": RegressionCase("l2rm_sgr_f30k.yaml", (
+            *TINY_RUN_ARGS, "--model.warmup_epochs=1", "--model.queue_length=32",
+            "--model.lr_cost=0.001"))},
+        page="l2rm.md", config_prefixes=("l2rm_",))
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = default_optimizer, lr_update: int = 15,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import lightning as L
 import numpy as np
@@ -37,6 +37,7 @@ from ncl.errors import ConfigError
 from ncl.losses import (NcrMarginMode, RecastKind, ncr_soft_margins, psi4_boundary,
                         soft_margin_triplet_loss, triplet_loss)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
+from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
 from ncl.division.co_divide import Division, abandon_mask, mean_hinge, split_clean
 from ncl.models.contracts import forward_batch
 from ncl.training.passes import eval_mode
@@ -91,6 +92,39 @@ class NCR(RetrievalMethod):
             run's ``seed_everything`` (the shipped configs set 0: the same as ``0``).
         diagnostics: log division sizes and (with ground truth) noise-detection P/R/F1.
     """
+
+    spec: ClassVar[MethodSpec] = MethodSpec(
+        # NCR / LNC co-teaching (two networks; the test row is their A+B ensemble), 5 warm-up
+        # epochs; select_warmup true: the class default the grid was measured with (false since
+        # issue 23), which changes the tested epoch, never the training.
+        rows=(Row("ncr", "NCR-{}", order=60, warmup=True, paper_config="ncr_{bb}_{ds}", divides="co-divide",
+                  overrides=("--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={BENCHMARK_WARMUP}",
+                             "--model.select_warmup=true")),
+              # synthetic-small: LNC as configs/lnc_*.yaml read its paper: P of Eq. 9 (linear)
+              # and Alg. 1's w >= 0.5.
+              Row("lnc", "LNC-{}", order=70, warmup=True, paper_config="lnc_{bb}_{ds}", divides="co-divide",
+                  overrides=("--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={BENCHMARK_WARMUP}",
+                             "--model.momentum_regularization=true", "--model.noise_abandon=true",
+                             "--model.select_warmup=true"),
+                  small=("--model.prediction_form=linear", "--model.clean_rule=greater_equal"))),
+        tiny={
+            # co-teaching with dropout on: its plans are seeded per epoch, dropout by the base class
+            "ncr": {"warmup_epochs": 1, "unlabelled_start": 0},
+            # LNC as configs/lnc_sgr_*.yaml: momentum targets (per-sample state carried across
+            # epochs), Randomly Noise Abandon (a random draw in warm-up epochs >= 1), LNC's rules
+            "lnc": {"warmup_epochs": 2, "unlabelled_start": 0, "momentum_regularization": True,
+                    "noise_abandon": True, "prediction_form": "linear", "clean_rule": "greater_equal",
+                    "ncr_margin_mode": "per_sample"}},
+        regression={
+            "ncr": RegressionCase("ncr_sgr_f30k.yaml", (*TINY_RUN_ARGS, "--model.warmup_epochs=1",
+                                                        "--model.unlabelled_start=0")),
+            "lnc": RegressionCase("lnc_sgr_f30k.yaml", (*TINY_RUN_ARGS, "--model.warmup_epochs=2",
+                                                        "--model.unlabelled_start=0")),
+            "lnc_video": RegressionCase("lnc_video_synthetic.yaml", (
+                "--model.backbone.init_args.img_dim=12", "--model.backbone.init_args.word_dim=8",
+                "--model.backbone.init_args.text_dim=16", "--model.backbone.init_args.embed_size=16",
+                "--data.preset=tiny", "--data.batch_size=16", "--data.eval_batch_size=64"))},
+        page="ncr_lnc.md", config_prefixes=("ncr_", "lnc_"))
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *, warmup_epochs: int = 5,
                  margin: float = 0.2, soft_margin: RecastKind = "exponential",

@@ -13,7 +13,7 @@ MAE) so those rows can be reproduced with the same pipeline.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from lightning.pytorch.cli import OptimizerCallable
@@ -23,6 +23,7 @@ from ncl.data.samplers import METHOD_STREAM, epoch_seed
 from ncl.losses import (RCL_ABLATION_REDUCTION, ComplementaryKind, complementary_contrastive_loss,
                         rcl_ablation_loss)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
+from ncl.methods.declaration import MethodSpec, RegressionCase, Row, TINY_DATA_ARGS, TINY_RUN_ARGS
 from ncl.models.contracts import forward_batch
 
 
@@ -52,6 +53,18 @@ class RCL(RetrievalMethod):
         **kwargs: the options of :class:`~ncl.methods.base.RetrievalMethod` (``lr_update``,
             ``grad_clip``, ``eval_shard_size``, ``select_warmup``).
     """
+
+    spec: ClassVar[MethodSpec] = MethodSpec(
+        # the quickstart's own method: no overrides on configs/quickstart.yaml
+        rows=(Row("rcl", "RCL-{}", order=10, paper_config="rcl_{bb}_{ds}"),),
+        # random negatives (negative_ratio in (0, 1)) exercise the method's own generator
+        tiny={"rcl": {"negative_ratio": 0.5}},
+        regression={
+            "rcl": RegressionCase("rcl_sgr_f30k.yaml", (*TINY_RUN_ARGS, "--model.negative_ratio=0.5")),
+            "rcl_vse": RegressionCase("rcl_vse_synthetic.yaml", (
+                "--model.backbone.init_args.img_dim=16", "--model.backbone.init_args.word_dim=8",
+                "--model.backbone.init_args.embed_size=16", *TINY_DATA_ARGS))},
+        config_prefixes=("rcl_",))
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = rcl_optimizer, tau: float = 0.05,

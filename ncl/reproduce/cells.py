@@ -3,7 +3,8 @@
 What is here:
 
 * :data:`METHODS` - method name -> CLI overrides on top of ``configs/quickstart.yaml`` (the
-  synthetic benchmark of ``docs/results.md``), with :data:`BENCH`, :data:`WARMUP`, :data:`RECON`.
+  synthetic benchmark of ``docs/results.md``), as the method classes declare them
+  (:mod:`ncl.methods.declaration`), with :data:`BENCH` and :data:`WARMUP`.
 * :func:`configs_dir` - where the repository's ``configs/`` folder is (configs are not part of
   the installed package: run from a checkout, or name the folder).
 * :func:`cell_env`, :func:`run_cli`, :func:`fit_then_test` - run ``ncl fit`` (resuming a killed
@@ -26,73 +27,22 @@ from pathlib import Path
 from typing import Any
 
 import ncl
+from ncl.methods.declaration import BENCHMARK_WARMUP
+from ncl.methods.declaration import rows as declared_rows
 
 #: The folder that holds the ``ncl`` package being run (the checkout, or ``site-packages``).
 PACKAGE_ROOT = Path(ncl.__file__).resolve().parents[1]
 
-WARMUP = 5  # warm-up epochs of SGR* and NCR/LNC in the 14-epoch benchmark of docs/results.md
+#: Warm-up epochs of SGR*, NCR/LNC, ReCon, DECL and L2RM in the 14-epoch benchmark of docs/results.md.
+WARMUP = BENCHMARK_WARMUP
 # The benchmark's own settings on top of the quickstart config, fixed here so that the
 # quickstart can be tuned for a first run without moving the benchmark (the quickstart now
 # uses batch 16; every older table in docs/results.md was measured with batch 64).
 BENCH = ["--data.batch_size=64"]
-# relation_rows mean + relation_temperature 0.3: the reading the grid of docs/results.md was
-# measured with (before issue 29). Under the mean, temperature 1.0 never fires the intra-modal
-# check on this benchmark (D_l empty every epoch) and 0.1 empties D_c; ReCon's default since
-# issue 29 is IAIS's summed m-KL at temperature 1.0 (docs/methods/recon.md, "The scale of L_IM"),
-# under which 0.3 would put nearly every pair into D_l. Pinned (with the relations of filled
-# regions kept, as then) so that the published cells reproduce.
-# select_warmup true here and for NCR/LNC: the class default the grid was measured with (it
-# became false in issue 23); it changes which epoch is tested, never the training.
-RECON = ["--model=ncl.methods.recon.ReCon", f"--model.warmup_epochs={WARMUP}", "--model.tau=0.1",
-         "--model.relation_rows=mean", "--model.relation_temperature=0.3",
-         "--model.mask_filled_regions=false", "--data.augment=ncl.data.augment.CaptionRegionAugment",
-         "--model.select_warmup=true"]
-# Method name -> CLI overrides on top of the quickstart config (same backbone, optimiser,
-# data; only the loss changes).
-METHODS: dict[str, list[str]] = {
-    "rcl": [],
-    "triplet": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest"],
-    "triplet_sum": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=sum"],
-    # "SGR*": summed negatives for the first 5 epochs, hardest negatives afterwards.
-    "triplet_warmup": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
-                       f"--model.warmup_epochs={WARMUP}"],
-    "infonce": ["--model=ncl.methods.baselines.InfoNCE"],
-    # NCR / LNC co-teaching (two networks; the test row is their A+B ensemble), 5 warm-up epochs.
-    "ncr": ["--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={WARMUP}",
-            "--model.select_warmup=true"],
-    "lnc": ["--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={WARMUP}",
-            "--model.momentum_regularization=true", "--model.noise_abandon=true",
-            "--model.select_warmup=true"],
-    # CRCL: 14 epochs as three self-refining pieces (labels frozen for the first 3 epochs of
-    # each), with its official training augmentation; docs/methods/crcl.md.
-    "crcl": ["--model=ncl.methods.crcl.CRCL", "--model.pieces=[5, 5, 4]", "--model.freeze_epochs=3",
-             "--data.augment=ncl.data.augment.CaptionRegionAugment"],
-    # ReCon (docs/methods/recon.md): eta = 5 triplet warm-up epochs (Eq. 12, summed negatives),
-    # then the three-way division every epoch; its own L_CM temperature (tau 0.1, paper Sect.
-    # 4.2; the quickstart's tau 0.05 is RCL's and would otherwise carry over) and the published
-    # training augmentation, as in configs/recon_saf_synthetic.yaml; everything else (data,
-    # backbone dimensions, Adam lr 2e-3, lr_update 30, batch 64, clip 2.0) is the quickstart's.
-    "recon": RECON,
-    # Ablation without the intra-modal check: y^IM lies in [0, 1), so omega2 = 1 puts every
-    # rough-clean pair into D_c and D_l stays empty (L_IM is still trained on D_c).
-    "recon_no_im": [*RECON, "--model.omega2=1.0"],
-    # DECL (docs/methods/decl.md): 5 warm-up epochs on identity labels, then the per-epoch
-    # correspondence prediction; its own evidence temperature (tau 0.1; the quickstart's 0.05
-    # is RCL's and would otherwise carry over); k starts from the benchmark's batch (64) rather
-    # than the official option 128, and its counter after the warm-up (every negative in the
-    # warm-up, as the other methods' summed warm-ups; ncl.reproduce.grid.SMALL_DECL says why).
-    "decl": ["--model=ncl.methods.decl.DECL", f"--model.warmup_epochs={WARMUP}", "--model.tau=0.1",
-             "--model.hardness_batch_size=64", "--model.hardness_counts_warmup=false"],
-    # L2RM (docs/methods/l2rm.md): 5 warm-up epochs of its robust loss, then the Beta-mixture
-    # division and rematching; the queue as long as the batch (the official 128 = 128);
-    # everything else is its official default (tau 0.05, rho 0.1, reg 0.07, lr_cost 2e-6).
-    "l2rm": ["--model=ncl.methods.l2rm.L2RM", f"--model.warmup_epochs={WARMUP}",
-             "--model.queue_length=64"],
-    "clean": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
-              "--model.clean_only=true"],
-    "clean_sum": ["--model=ncl.methods.baselines.Triplet", "--model.negatives=sum",
-                  "--model.clean_only=true"],
-}
+#: Method row -> CLI overrides on top of the quickstart config (same backbone, optimiser, data;
+#: only the loss changes): what each method class declares (:class:`ncl.methods.declaration.Row`,
+#: its ``overrides``), in the rows' declared order.
+METHODS: dict[str, list[str]] = {name: list(row.overrides) for name, row in declared_rows().items()}
 
 
 class CellError(RuntimeError):

@@ -16,19 +16,17 @@ from typing import Any
 import yaml
 
 from ncl.compose import expand
+from ncl.methods.declaration import rows as declared_rows
 from ncl.reproduce.cells import BENCH, METHODS
 
 NOISE_KINDS = ("caption", "image")
 CLEAN = "clean"  # the noise kind of ratio-0 cells, shared by both tables
 BACKBONES = ("SGR", "SAF")
 
+#: The method rows every method class declares (:class:`ncl.methods.declaration.Row`).
+ROWS = declared_rows()
 #: Row labels as in the papers: ``{}`` is the backbone (SGR* = summed warm-up, then hardest).
-LABELS: dict[str, str] = {
-    "triplet": "{} (hardest triplet)", "triplet_warmup": "{}* (warm-up, then hardest)",
-    "triplet_sum": "{} summed triplet", "infonce": "{} InfoNCE", "ncr": "NCR-{}", "lnc": "LNC-{}",
-    "rcl": "RCL-{}", "crcl": "CRCL-{}", "recon": "ReCon-{}", "recon_no_im": "ReCon-{} w/o intra-modal check",
-    "decl": "DECL-{}", "l2rm": "L2RM-{}", "clean": "{}-C (clean only)", "clean_sum": "{}-C summed (clean only)",
-}
+LABELS: dict[str, str] = {name: row.label for name, row in ROWS.items()}
 
 # --- synthetic-small: measured choices (docs/results.md, "The reproduction tool") -----------------
 #: Batch 16: 313 steps an epoch at about the cost of batch 64's 79 (SGR scores B x B pairs).
@@ -39,24 +37,8 @@ SMALL_BATCH = 16
 #: and collapsed, as the issue-15 measurement predicts for switches below about 400-455.
 SMALL_WARMUP = 3
 SMALL_EPOCHS = 8
-#: CRCL: one piece of 8 epochs, labels frozen for the first 3 (the same 939 steps as every other
-#: method's warm-up). The first grid (seed 0) ran two pieces of 4 epochs with 2 frozen: the
-#: labels were written from a model at validation rSum 118 (4,320 of 5,000 clean labels zeroed
-#: at 0 %) and the second piece, restarted from scratch, ended near where the first had got to
-#: (clean: 457 at epoch 3, 445 at epoch 7); docs/results.md, "Multi-seed reproduction".
-SMALL_CRCL = ["--model.pieces=[8]", "--model.freeze_epochs=3"]
-#: LNC as configs/lnc_*.yaml read its paper: P of Eq. 9 (linear) and Alg. 1's w >= 0.5.
-SMALL_LNC = ["--model.prediction_form=linear", "--model.clean_rule=greater_equal"]
-#: DECL: k starts from the batch (16), not the option 128 (which a batch of 16 clips to B - 1
-#: until step 4,480, past the 2,504 steps of the run), and its step counter starts after the
-#: warm-up: the warm-up trains on every negative (k = B - 1, as the other methods' summed
-#: warm-ups here) and k falls to mu = 5 in the 440 steps after it (official eta). With the
-#: counter over the warm-up too, the scores of every probe collapsed to a constant within the
-#: first 100-150 steps (k 14 -> 12), as hardest-negative SGR does on this benchmark
-#: (docs/methods/decl.md, "Measured").
-SMALL_DECL = ["--model.hardness_batch_size=16", "--model.hardness_counts_warmup=false"]
-#: L2RM: the queue as long as the batch of 16 (the official queue 128 = batch 128).
-SMALL_L2RM = ["--model.queue_length=16"]
+# The methods' own synthetic-small overrides (CRCL's pieces, LNC's rules, DECL's k, L2RM's
+# queue) are their rows' ``small`` (ncl/methods/*.py say why).
 #: Tiny: the ``tiny`` synthetic preset (6 regions x 16 dims) and a backbone to match.
 TINY_DATA = ["--data.preset=tiny", "--data.n_train=60", "--data.batch_size=16",
              "--model.backbone.init_args.img_dim=16", "--model.backbone.init_args.num_regions=6",
@@ -64,12 +46,7 @@ TINY_DATA = ["--data.preset=tiny", "--data.n_train=60", "--data.batch_size=16",
              "--model.backbone.init_args.sim_dim=8"]
 
 #: Config presets: method -> config stem (``{bb}`` backbone, ``{ds}`` dataset) in configs/.
-PAPER_CONFIGS: dict[str, str] = {
-    "triplet": "baseline_triplet_{bb}_{ds}", "triplet_warmup": "baseline_triplet_warmup_{bb}_{ds}",
-    "triplet_sum": "baseline_triplet_sum_{bb}_{ds}", "infonce": "baseline_infonce_{bb}_{ds}",
-    "ncr": "ncr_{bb}_{ds}", "lnc": "lnc_{bb}_{ds}", "rcl": "rcl_{bb}_{ds}", "crcl": "crcl_{bb}_{ds}",
-    "recon": "recon_{bb}_{ds}", "decl": "decl_{bb}_{ds}", "l2rm": "l2rm_{bb}_{ds}",
-}
+PAPER_CONFIGS: dict[str, str] = {name: row.paper_config for name, row in ROWS.items() if row.paper_config}
 
 
 @dataclass(frozen=True)
@@ -126,7 +103,14 @@ class Preset:
 def _warmup(epochs: int) -> dict[str, tuple[str, ...]]:
     """Per-method overrides that set the warm-up of the methods that have one."""
     w = (f"--model.warmup_epochs={epochs}",)
-    return {m: w for m in ("triplet_warmup", "ncr", "lnc", "recon", "recon_no_im", "decl", "l2rm")}
+    return {name: w for name, row in ROWS.items() if row.warmup}
+
+
+def _small() -> dict[str, tuple[str, ...]]:
+    """synthetic-small's per-method overrides: its warm-up, then each row's own ``small``."""
+    warmup = _warmup(SMALL_WARMUP)
+    return {name: (*warmup.get(name, ()), *row.small) for name, row in ROWS.items()
+            if name in warmup or row.small}
 
 
 _ALL_SYNTHETIC = (("triplet", "SGR"), ("triplet", "SAF"), ("triplet_warmup", "SGR"),
@@ -141,10 +125,7 @@ PRESETS: dict[str, Preset] = {
     "synthetic-small": Preset(
         "synthetic-small", rows=_ALL_SYNTHETIC, noise_types=NOISE_KINDS, noises=(0.0, 0.2, 0.5, 0.8),
         seeds=(0, 1, 2), epochs=SMALL_EPOCHS, overrides=(f"--data.batch_size={SMALL_BATCH}",),
-        method_overrides={**_warmup(SMALL_WARMUP), "crcl": tuple(SMALL_CRCL),
-                          "decl": (*_warmup(SMALL_WARMUP)["decl"], *SMALL_DECL),
-                          "l2rm": (*_warmup(SMALL_WARMUP)["l2rm"], *SMALL_L2RM),
-                          "lnc": (*_warmup(SMALL_WARMUP)["lnc"], *SMALL_LNC)}),
+        method_overrides=_small()),
     # The single-seed tables of docs/results.md and the method pages: every METHODS row as
     # written (batch 64, 14 epochs, 5 warm-up epochs; CRCL pieces 5/5/4). Their SAF rows are
     # ``--backbones SAF``; ``--extra`` adds the tables' other overrides.

@@ -15,7 +15,7 @@ import yaml
 
 from ncl.evaluation.report import read_results
 from ncl.reproduce.cells import FitTest, newest, read_metrics
-from ncl.reproduce.grid import Cell
+from ncl.reproduce.grid import ROWS, Cell
 
 RECALLS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")
 #: Median ranks, recorded where the test writes them (the video tables' MR).
@@ -23,9 +23,8 @@ MEDIAN_RANKS = ("i2t_medr", "t2i_medr")
 DETECTION = ("precision", "recall", "f1")
 #: Version of the detection record (2: CRCL's zeroed labels, ReCon's clean-set purity).
 DETECTION_VERSION = 2
-#: Methods that divide the data, and where their noise detection is logged.
-DIVIDERS = {"ncr": "co-divide", "lnc": "co-divide", "crcl": "labels", "recon": "three-way",
-            "recon_no_im": "three-way", "decl": "prediction", "l2rm": "beta division"}
+#: Methods that divide the data, and how (their rows' ``divides``, :mod:`ncl.methods.declaration`).
+DIVIDERS = {name: row.divides for name, row in ROWS.items() if row.divides}
 
 
 def _hparam(run_folder: Path, name: str) -> int | None:
