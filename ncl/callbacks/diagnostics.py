@@ -3,7 +3,9 @@
 Generic: it knows no method. Before an epoch's first training batch it asks the method for
 its :meth:`~ncl.callbacks.protocols.Diagnosable.epoch_diagnostics` and logs the scalars
 (division sizes and noise-detection P/R/F1 of NCR/LNC, ReCon's subsets, CRCL's label
-distribution; :mod:`ncl.division.stats`). The methods attach it themselves when their
+distribution; :mod:`ncl.division.stats`) and, for a method that divides the data, its noise
+detection in the one schema every such method reports, ``train/detection/{precision,recall,f1}``
+and extras (:mod:`ncl.division.detection`). The methods attach it themselves when their
 ``diagnostics`` option is on; the :class:`~ncl.callbacks.figures.Figures` observer draws from
 the same report.
 
@@ -24,6 +26,7 @@ from torch import Tensor
 
 from ncl.callbacks.protocols import Diagnosable
 from ncl.data.contracts import clean_mask_known
+from ncl.division.detection import PREFIX
 
 #: Set on a trainer once it was told that its data has no ground truth (one line per run).
 _TOLD_NO_TRUTH = "_ncl_told_no_ground_truth"
@@ -73,6 +76,17 @@ class Diagnostics(L.Callback):
         if batch_idx != 0:
             return
         method = cast(Diagnosable, pl_module)
-        scalars = method.epoch_diagnostics(trainer.current_epoch, ground_truth(trainer)).scalars
-        if scalars:
-            pl_module.log_dict(scalars, on_step=False, on_epoch=True, sync_dist=True)
+        report = method.epoch_diagnostics(trainer.current_epoch, ground_truth(trainer))
+        if report.scalars:
+            pl_module.log_dict(report.scalars, on_step=False, on_epoch=True, sync_dist=True)
+        if report.noise_detection:
+            pl_module.log_dict(detection_metrics(report.noise_detection), on_step=False, on_epoch=True,
+                               sync_dist=True, batch_size=1)
+
+
+def detection_metrics(noise_detection: dict[str, float]) -> dict[str, Tensor]:
+    """The schema's keys (``train/detection/<key>``) with float64 values: Lightning would log
+    a Python float as float32, and the grid reads these numbers to the last digit
+    (:mod:`ncl.division.detection`). ``batch_size=1`` keeps the epoch mean ``value * 1 / 1``."""
+    return {f"{PREFIX}{key}": torch.tensor(value, dtype=torch.float64)
+            for key, value in noise_detection.items()}

@@ -160,12 +160,17 @@ class EpochDiagnostics:
             ground truth when the data has one (precision/recall/F1 of the noisy pairs).
         losses: the division made for the epoch, or ``None``.
         labels: the label sets the epoch trains with.
+        noise_detection: the method's noise detection against the ground truth in the one
+            schema of every dividing method (:mod:`ncl.division.detection`: ``precision``,
+            ``recall``, ``f1`` and extras), logged as ``train/detection/<key>``; empty for a
+            method that does not divide, an epoch without a division, or no ground truth.
     """
 
     scalars: dict[str, float] = field(default_factory=dict)
     detection: dict[str, Tensor] = field(default_factory=dict)
     losses: LossView | None = None
     labels: list[LabelView] = field(default_factory=list)
+    noise_detection: dict[str, float] = field(default_factory=dict)
 
 
 class Diagnosable(Protocol):

@@ -62,8 +62,9 @@ clean. This package holds its pure functions; :class:`ncl.callbacks.GMMDivision`
 (the per-sample pass, the mixture, rank 0's fit broadcast). Besides the functions above:
 :mod:`ncl.division.co_divide` (NCR/LNC's :class:`~ncl.division.co_divide.Division` record, the
 mean-hinge pass, the mixture per network, the split and the abandon draw),
-:mod:`ncl.division.three_way` (ReCon's three-way division) and :mod:`ncl.division.stats` (the
-diagnostics of divisions and soft labels).
+:mod:`ncl.division.three_way` (ReCon's three-way division), :mod:`ncl.division.stats` (the
+diagnostics of divisions and soft labels) and :mod:`ncl.division.detection` (the one
+noise-detection schema every dividing method logs, ``train/detection/*``).
 
 CRCL's Self-refining Correspondence Correction (CRCL Eq. 10-12, spec 4.4.2) lives in
 :mod:`ncl.division.correction` (:func:`correct_labels` with ``rule: Literal["paper",

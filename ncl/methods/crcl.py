@@ -31,6 +31,7 @@ from ncl.callbacks.refinement import MomentumRefinement
 from ncl.callbacks.self_refining import SelfRefining
 from ncl.data.contracts import retrieval_data
 from ncl.division import CorrectionRule, correct_labels, filter_confident_noise
+from ncl.division.detection import zeroed_labels
 from ncl.errors import ConfigError
 from ncl.losses import AclForm, active_complementary_terms, average_matching_probability
 from ncl.methods.base import BackboneFactory, RetrievalMethod
@@ -285,7 +286,8 @@ class CRCL(RetrievalMethod):
             scalars = {"crcl/piece": float(piece), "crcl/epoch_in_piece": float(within),
                        **label_stats(labels, true_clean, self.start_labels.get(epoch - 1))}
         return EpochDiagnostics(scalars, detection={"y_hat < 0.5": labels >= CLEAN_AT},
-                                labels=[LabelView("corrected labels y_hat (Eq. 12)", labels)])
+                                labels=[LabelView("corrected labels y_hat (Eq. 12)", labels)],
+                                noise_detection=zeroed_labels(scalars))
 
     # ------------------------------------------------------------------ training state
     def training_state(self) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from ncl.callbacks.diagnostics import Diagnostics
 from ncl.callbacks.protocols import EpochDiagnostics, LabelView, PassSpec, RefineWhen
 from ncl.callbacks.refinement import MomentumRefinement
 from ncl.data.contracts import retrieval_data
+from ncl.division.detection import prefixed
 from ncl.errors import ConfigError
 from ncl.losses.decl import (
     RdhReduction,
@@ -289,7 +290,8 @@ class DECL(RetrievalMethod):
                            "uncertainty u / 2 (0 = certain, 1 = no evidence)"),
                  LabelView("DECL normalised evidence of the pair N_ii", table[MATCHED_EVIDENCE],
                            "normalised evidence N_ii")]
-        return EpochDiagnostics(scalars, {"DECL prediction": clean}, None, views)
+        return EpochDiagnostics(scalars, {"DECL prediction": clean}, None, views,
+                                noise_detection=prefixed(scalars, "decl/"))
 
 
 def prediction_stats(pred_clean: Tensor, uncertainty: Tensor,

@@ -56,6 +56,7 @@ from ncl.callbacks.protocols import (
 from ncl.data.contracts import RetrievalData, retrieval_data
 from ncl.data.datasets import Batch, PairDataset, collate
 from ncl.division.co_divide import mean_hinge
+from ncl.division.detection import prefixed
 from ncl.errors import ConfigError, NclWarning
 from ncl.losses.l2rm import rce_warmup_loss, symmetric_kl_loss
 from ncl.losses.triplet import triplet_loss
@@ -453,7 +454,8 @@ class L2RM(RetrievalMethod):
                           {"net": self.division_losses}, self.hparams.bmm_seed, mixture="beta")
         labels = [LabelView("L2RM clean probability (Beta mixture)", self.clean_prob,
                             "clean probability")]
-        return EpochDiagnostics(scalars, {"L2RM division": self.clean}, losses, labels)
+        return EpochDiagnostics(scalars, {"L2RM division": self.clean}, losses, labels,
+                                noise_detection=prefixed(scalars, "l2rm/"))
 
 
 def gather_queue_indices(queue: ImageQueue, length: int, device: torch.device) -> Tensor:

@@ -33,6 +33,7 @@ from ncl.data.samplers import global_seed
 from ncl.division.stats import division_stats
 from ncl.division import (CleanRule, PredictionForm, memorization_prediction, momentum_regularizer,
                           momentum_update, mr_prediction, rectify_by_mode, rectify_noisy_labels)
+from ncl.division.detection import mean_over_networks
 from ncl.errors import ConfigError
 from ncl.losses import (NcrMarginMode, RecastKind, ncr_soft_margins, psi4_boundary,
                         soft_margin_triplet_loss, triplet_loss)
@@ -419,6 +420,7 @@ class NCR(RetrievalMethod):
         out, division, names = EpochDiagnostics(), self.division, self.network_names
         if division is not None and division.epoch == epoch:
             out.scalars = division_stats(division, names, true_clean)
+            out.noise_detection = mean_over_networks(out.scalars, names)
             kind = "co-divide" if division.keep is None else "abandon draw"
             out.losses = LossView(f"{kind}: per-sample loss (mean hinge) and GMM",
                                   dict(zip(names, division.losses)), self.hparams.gmm_seed)

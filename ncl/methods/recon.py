@@ -33,6 +33,7 @@ from ncl.data.contracts import retrieval_data
 from ncl.division.three_way import (PseudoLabelInit, PseudoLabelScope, ThreeWayConfig,
                                     ThreeWayDivision, divide_three_way, intra_modal_discrepancy,
                                     penalty_factor)
+from ncl.division.detection import three_way
 from ncl.errors import ConfigError
 from ncl.losses import Negatives, triplet_loss
 from ncl.losses.recon import (SUBSET_CLEAN, SUBSET_LOCAL, SUBSET_NOISY, RelationKL, RowReduction,
@@ -292,8 +293,9 @@ class ReCon(RetrievalMethod):
                               {self.network_names[0]: division.cm_loss}, self.hparams.gmm_seed)
         labels = LabelView("ReCon final labels y_hat (Eq. 11)", division.labels,
                            "final label y_hat (0 = noisy, 1 = clean)")
-        return EpochDiagnostics(three_way_stats(division, true_clean),
-                                {"D_n": division.subset != SUBSET_NOISY}, losses, [labels])
+        scalars = three_way_stats(division, true_clean)
+        return EpochDiagnostics(scalars, {"D_n": division.subset != SUBSET_NOISY}, losses, [labels],
+                                noise_detection=three_way(scalars))
 
 
 def _check_ranges(hp: Any) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import platform
-import statistics
 import time
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -13,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from ncl.division.detection import DETECTION, PREFIX, mean_over_networks, prefixed, three_way, zeroed_labels
 from ncl.evaluation.report import read_results
 from ncl.reproduce.cells import FitTest, newest, read_metrics
 from ncl.reproduce.grid import ROWS, Cell
@@ -20,7 +20,6 @@ from ncl.reproduce.grid import ROWS, Cell
 RECALLS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")
 #: Median ranks, recorded where the test writes them (the video tables' MR).
 MEDIAN_RANKS = ("i2t_medr", "t2i_medr")
-DETECTION = ("precision", "recall", "f1")
 #: Version of the detection record (2: CRCL's zeroed labels, ReCon's clean-set purity).
 DETECTION_VERSION = 2
 #: Methods that divide the data, and how (their rows' ``divides``, :mod:`ncl.methods.declaration`).
@@ -37,61 +36,62 @@ def _hparam(run_folder: Path, name: str) -> int | None:
     return None if value is None else int(value)
 
 
-def _prf(tp: float, predicted: float, positives: float) -> dict[str, float]:
-    """Precision, recall and F1 of a detector that flags ``predicted`` items, ``tp`` correctly."""
-    p = tp / predicted if predicted else 0.0
-    r = tp / positives if positives else 0.0
-    return {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0}
+def detection_of_row(row: dict[str, str]) -> dict[str, float] | None:
+    """The noise detection one metrics row logged in the schema every dividing method writes
+    (``train/detection/<key>``, :mod:`ncl.division.detection`): precision / recall / F1 of
+    the noisy pairs and the method's extras (ReCon's ``clean_noisy``, ``rough_clean_noisy``).
+    ``None`` when the row has none."""
+    found = {k[len(PREFIX):]: float(v) for k, v in row.items() if k.startswith(PREFIX) and v}
+    return found if all(key in found for key in DETECTION) else None
 
 
-def detection_of_row(row: dict[str, str], kind: str) -> dict[str, float] | None:
-    """Noise-detection precision / recall / F1 (positives: the noisy pairs) of one metrics row.
+def legacy_detection_of_row(row: dict[str, str], kind: str) -> dict[str, float] | None:
+    """The detection of one row of a run from before issue 37, which logged only each method's
+    own keys; :func:`backfill_detection` reads old runs with it. The arithmetic is the
+    schema's (:mod:`ncl.division.detection`) on the logged values.
 
     * co-divide (NCR, LNC): ``division/<net>/{precision,recall,f1}``, averaged over networks.
     * labels (CRCL): the labels Eq. 12 zeroes, from ``labels/{all,noisy}/zero`` and
       ``labels/noisy/count`` (older runs: ``labels/noisy_*``, label below 0.5).
     * three-way (ReCon): ``D_n`` as the detected noisy set, from ``division/noisy`` and the
-      ``division/{clean,local,noisy}_true_noisy`` counts.
-    * prediction (DECL): the pairs whose matched caption is not the top evidence,
-      ``decl/{precision,recall,f1}``.
+      ``division/{clean,local,noisy}_true_noisy`` counts, and the clean sets' purity.
+    * prediction (DECL) / beta division (L2RM): ``decl/`` / ``l2rm/{precision,recall,f1}``.
     Returns ``None`` when the row has no such values.
     """
+    scalars = _numbers(row)
     if kind == "co-divide":
-        nets = sorted({k.split("/")[1] for k in row if k.startswith("division/") and k.endswith("/f1") and row[k]})
-        if not nets:
-            return None
-        return {m: statistics.mean(float(row[f"division/{n}/{m}"]) for n in nets) for m in DETECTION}
-    if kind == "labels":
-        if row.get("labels/all/zero") and row.get("labels/noisy/zero") and row.get("labels/noisy/count"):
-            # CRCL's own notion of noise: the labels Eq. 12 zeroes (y < threshold 0.1). Its soft
-            # labels of clean pairs stay well below 0.5 here (mean 0.07-0.41 at 20 % noise),
-            # so "label below 0.5" would call almost every pair noisy.
-            return _prf(float(row["labels/noisy/zero"]), float(row["labels/all/zero"]),
-                        float(row["labels/noisy/count"]))
-        if not row.get("labels/noisy_f1"):
-            return None
-        return {m: float(row[f"labels/noisy_{m}"]) for m in DETECTION}
-    if kind in ("prediction", "beta division"):  # DECL's prediction, L2RM's Beta mixture
-        prefix = "decl" if kind == "prediction" else "l2rm"
-        if not row.get(f"{prefix}/f1"):
-            return None
-        return {m: float(row[f"{prefix}/{m}"]) for m in DETECTION}
-    if not row.get("division/noisy_true_noisy"):
-        return None
-    counts = {k: float(row[f"division/{k}_true_noisy"]) for k in ("clean", "local", "noisy")}
-    found = _prf(counts["noisy"], float(row["division/noisy"]), sum(counts.values()))
-    # ReCon's claim (Sect. 3.3): the intra-modal check moves noisy pairs out of the rough-clean
-    # set D_c + D_l into D_l, so D_c is purer than D_c + D_l (fractions of truly noisy pairs).
-    clean, local = float(row.get("division/clean") or 0), float(row.get("division/local") or 0)
-    found["clean_noisy"] = counts["clean"] / clean if clean else 0.0
-    found["rough_clean_noisy"] = (counts["clean"] + counts["local"]) / (clean + local) if clean + local else 0.0
-    return found
+        nets = sorted({k.split("/")[1] for k in scalars if k.startswith("division/") and k.endswith("/f1")})
+        found = mean_over_networks(scalars, nets)
+    elif kind == "labels":
+        found = zeroed_labels(scalars)
+    elif kind in ("prediction", "beta division"):
+        found = prefixed(scalars, "decl/" if kind == "prediction" else "l2rm/")
+    else:
+        found = three_way(scalars)
+    return found or None
 
 
-def detection(metrics: list[dict[str, str]], kind: str, warmup: int) -> dict[str, dict[str, float]]:
+def _numbers(row: dict[str, str]) -> dict[str, float]:
+    """The row's filled numeric values (a CSV row holds every key of the run, most empty)."""
+    out: dict[str, float] = {}
+    for key, value in row.items():
+        try:
+            out[key] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def detection(metrics: list[dict[str, str]], warmup: int, kind: str | None = None) -> dict[str, dict[str, float]]:
     """``{"after_warmup": ..., "end": ...}``: the first detection logged at an epoch ``>= warmup``
-    (LNC's noise abandon also divides during warm-up; those are skipped) and the last one."""
-    found = [(int(r["epoch"]), d) for r in metrics if r.get("epoch") and (d := detection_of_row(r, kind))]
+    (LNC's noise abandon also divides during warm-up; those are skipped) and the last one.
+
+    ``kind`` (a :data:`DIVIDERS` value): read a run from before issue 37 with
+    :func:`legacy_detection_of_row` instead of the schema."""
+    def read(row: dict[str, str]) -> dict[str, float] | None:
+        return detection_of_row(row) if kind is None else legacy_detection_of_row(row, kind)
+
+    found = [(int(r["epoch"]), d) for r in metrics if r.get("epoch") and (d := read(r))]
     found = [(e, d) for e, d in found if e >= warmup]
     if not found:
         return {}
@@ -117,9 +117,8 @@ def summarise(cell: Cell, done: FitTest, slot: str, started: float) -> dict[str,
     # Which published pairing the cell trained on (issue 27): two cells on the same noise match.
     record.update({k: noise[k] for k in ("noise_pairing", "noise_pairing_digest") if k in noise})
     if cell.method in DIVIDERS:
-        kind = DIVIDERS[cell.method]
-        name = "freeze_epochs" if kind == "labels" else "warmup_epochs"
-        record["detection"] = detection(done.metrics, kind, _hparam(done.best.parent.parent, name) or 0)
+        after = ROWS[cell.method].detection_after
+        record["detection"] = detection(done.metrics, _hparam(done.best.parent.parent, after) or 0)
         record["detection_version"] = DETECTION_VERSION
     return record
 
@@ -135,9 +134,11 @@ def load_records(out: Path, cells: list[Cell]) -> list[dict[str, Any]]:
 
 
 def backfill_detection(out: Path, records: list[dict[str, Any]]) -> None:
-    """Recompute the detection of records written by an older version of :func:`detection_of_row`
-    (ReCon before the purity fields, CRCL before the zeroed-label rule) from the run's
-    ``metrics.csv`` when it is still under ``out/runs`` (the records on disk are not rewritten)."""
+    """Recompute the detection of records written by an older version of the reader (ReCon
+    before the purity fields, CRCL before the zeroed-label rule) from the run's ``metrics.csv``
+    when it is still under ``out/runs`` (the records on disk are not rewritten). Such runs
+    predate the ``train/detection/*`` schema: they are read by their methods' own keys
+    (:func:`legacy_detection_of_row`)."""
     for r in records:
         kind = DIVIDERS.get(r["method"])
         if kind not in ("three-way", "labels") or r.get("detection_version") == DETECTION_VERSION:
@@ -147,5 +148,6 @@ def backfill_detection(out: Path, records: list[dict[str, Any]]) -> None:
             metrics = read_metrics(fit_folder)
         except (FileNotFoundError, OSError):
             continue
-        name = "freeze_epochs" if kind == "labels" else "warmup_epochs"
-        r["detection"] = detection(metrics, kind, _hparam(fit_folder, name) or 0)
+        after = ROWS[r["method"]].detection_after
+        warmup = _hparam(fit_folder, after) or 0
+        r["detection"] = detection(metrics, warmup) or detection(metrics, warmup, kind)

@@ -15,7 +15,7 @@ import pytest
 from ncl.reproduce import cli as reproduce
 from ncl.reproduce.cells import cell_env
 from ncl.reproduce.grid import CLEAN, PRESETS, Cell, grid
-from ncl.reproduce.records import detection, detection_of_row
+from ncl.reproduce.records import detection, detection_of_row, legacy_detection_of_row
 from ncl.reproduce.tables import purity_table, rsum_summary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,15 +115,16 @@ def test_rsum_summary_gives_mean_std_and_range_per_kind_and_ratio() -> None:
     assert row_b == "| B | - | - | - |"
 
 
-def test_recon_detection_counts_its_noisy_set() -> None:
+def test_legacy_detection_reads_each_methods_own_keys() -> None:
+    """Runs from before issue 37 (backfill_detection): each method's own keys."""
     # 100 truly noisy pairs: 10 in D_c, 20 in D_l, 70 in D_n (of 80 pairs): P 70/80, R 70/100.
     row = {"epoch": "3", "division/noisy": "80", "division/clean_true_noisy": "10",
            "division/local_true_noisy": "20", "division/noisy_true_noisy": "70"}
-    got = detection_of_row(row, "three-way")
+    got = legacy_detection_of_row(row, "three-way")
     assert got["precision"] == pytest.approx(0.875) and got["recall"] == pytest.approx(0.7)
     assert got["f1"] == pytest.approx(2 * 0.875 * 0.7 / 1.575)
     # clean-set purity: 10 noisy of D_c's 400, 30 of D_c + D_l's 400 + 100
-    got = detection_of_row({**row, "division/clean": "400", "division/local": "100"}, "three-way")
+    got = legacy_detection_of_row({**row, "division/clean": "400", "division/local": "100"}, "three-way")
     assert got["clean_noisy"] == pytest.approx(0.025) and got["rough_clean_noisy"] == pytest.approx(0.06)
     table = purity_table([{"label": "R", "noise": 0.2, "noise_type": "image",
                                      "detection": {"after_warmup": got, "end": got}}],
@@ -131,18 +132,18 @@ def test_recon_detection_counts_its_noisy_set() -> None:
     assert table.splitlines()[-1] == "| R | image 20 % | 6.0 | 2.5 | 6.0 | 2.5 |"
     nets = {"epoch": "1", "division/A/precision": "0.5", "division/A/recall": "1", "division/A/f1": "0.6",
             "division/B/precision": "0.7", "division/B/recall": "0", "division/B/f1": "0.2"}
-    assert detection_of_row(nets, "co-divide") == pytest.approx(
+    assert legacy_detection_of_row(nets, "co-divide") == pytest.approx(
         {"precision": 0.6, "recall": 0.5, "f1": 0.4})
     # CRCL: the zeroed labels (865 of the 1,033 zeroed are truly noisy; 996 noisy pairs)
     crcl = {"epoch": "7", "labels/all/zero": "1033", "labels/noisy/zero": "865", "labels/noisy/count": "996",
             "labels/noisy_precision": "0.27", "labels/noisy_recall": "0.99", "labels/noisy_f1": "0.43"}
-    got = detection_of_row(crcl, "labels")
+    got = legacy_detection_of_row(crcl, "labels")
     assert got["precision"] == pytest.approx(865 / 1033) and got["recall"] == pytest.approx(865 / 996)
     old_run = {k: v for k, v in crcl.items() if "/zero" not in k and "/count" not in k}
-    assert detection_of_row(old_run, "labels")["f1"] == pytest.approx(0.43)
+    assert legacy_detection_of_row(old_run, "labels")["f1"] == pytest.approx(0.43)
     # the first division at or after the warm-up, and the last
     rows = [{**nets, "epoch": "0"}, {**nets, "epoch": "2", "division/A/f1": "1.0"}, {"epoch": "3"}]
-    got = detection(rows, "co-divide", warmup=1)
+    got = detection(rows, 1, "co-divide")
     assert got["after_warmup"]["epoch"] == 2 == got["end"]["epoch"]
 
 
