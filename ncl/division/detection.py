@@ -89,7 +89,8 @@ def three_way(scalars: Mapping[str, float]) -> dict[str, float]:
     if "division/noisy_true_noisy" not in scalars:
         return {}
     counts = {k: as_logged(scalars[f"division/{k}_true_noisy"]) for k in ("clean", "local", "noisy")}
-    found = precision_recall_f1(counts["noisy"], as_logged(scalars["division/noisy"]), sum(counts.values()))
+    found = precision_recall_f1(counts["noisy"], as_logged(scalars["division/noisy"]),
+                                sum(counts.values()))
     clean = as_logged(scalars.get("division/clean", 0.0))
     local = as_logged(scalars.get("division/local", 0.0))
     found["clean_noisy"] = counts["clean"] / clean if clean else 0.0
