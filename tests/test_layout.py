@@ -10,8 +10,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ncl"
 #: Where Lightning may be imported (docs/design.md, "Layout").
-LIGHTNING_ALLOWED = ("ncl.methods", "ncl.callbacks", "ncl.data.datamodule", "ncl.app", "ncl.cli",
-                     "ncl.parser", "ncl.run_record", "ncl.loggers", "ncl.checkpoint_io")
+LIGHTNING_ALLOWED = ("ncl.methods", "ncl.callbacks", "ncl.data.datamodule", "ncl.cli.app", "ncl.cli",
+                     "ncl.cli.parser", "ncl.runs.record", "ncl.runs.loggers", "ncl.runs.checkpoints")
 
 
 def modules() -> dict[str, Path]:

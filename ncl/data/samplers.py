@@ -21,6 +21,29 @@ from torch.utils.data import Sampler
 
 # Stream identifiers: every consumer of (seed, epoch) gets an independent stream.
 SHUFFLE_STREAM, GLOBAL_TORCH_STREAM, METHOD_STREAM = 11, 12, 13
+# The training passes' streams (ncl.training.plans); ncl predict replays DIVISION_STREAM's
+# shuffle (ncl.data.predict_split).
+WARMUP_STREAM, LABELLED_STREAM, UNLABELLED_STREAM, DIVISION_STREAM = 1, 2, 3, 4
+
+
+def rng_for(seed: int, epoch: int, stream: int, net: int, cycle: int = 0) -> np.random.Generator:
+    """An independent numpy generator for one shuffle, identical on every rank."""
+    return np.random.default_rng([seed, epoch, stream, net, cycle])
+
+
+def deal_batches(order: np.ndarray, batch_size: int, rank: int = 0, world: int = 1) -> list[np.ndarray]:
+    """This rank's batches of a pass over ``order`` (all sample indices, in pass order).
+
+    ``order`` is cut into ``batch_size`` batches; a last batch of one pair joins the batch
+    before it (alone it would have no in-batch negative: a loss of exactly 0, a softmax of
+    exactly 1). Batch ``b`` goes to rank ``b % world``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    batches = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
+    if len(batches) > 1 and len(batches[-1]) == 1:
+        batches = [*batches[:-2], np.concatenate(batches[-2:])]
+    return batches[rank::world]
 
 
 def global_seed(default: int = 0) -> int:

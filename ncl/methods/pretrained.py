@@ -51,7 +51,7 @@ from ncl.models.checkpoint import (
     read_checkpoint_file,
 )
 from ncl.models.contracts import forward_batch, forward_logits
-from ncl.training.distributed import rank_sharded_similarity
+from ncl.evaluation.sharded import rank_sharded_similarity
 
 #: ``combine`` values: :data:`~ncl.evaluation.combine.Combine` plus ``"logits"``, the mean of
 #: the raw scores before the sigmoid (ReCon trains on them; its paper does not say which of

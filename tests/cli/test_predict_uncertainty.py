@@ -25,11 +25,11 @@ from ncl.data.datamodule import SyntheticDataModule
 from ncl.errors import ConfigError
 from ncl.methods.pretrained import Pretrained
 from ncl.models import SGRAF
-from ncl.predict import (
+from ncl.evaluation.ranked_output import check_options
+from ncl.evaluation.ranking import (
     COLUMNS,
     UNCERTAINTY_COLUMNS,
     PairScores,
-    check_options,
     decl_predicted_clean,
     dirichlet_uncertainty,
     uncertainty_order,

@@ -2,7 +2,7 @@
 instantiated: short errors (one usage line or one ``ncl: error:`` line), output folders that
 can be written, ``ncl predict``'s options, and the catalogue of methods in ``--help``.
 
-:class:`ncl.app.NclCLI` uses the parser; :mod:`ncl.cli` re-exports the names tests import.
+:class:`ncl.cli.app.NclCLI` uses the parser; :mod:`ncl.cli` re-exports the names tests import.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from ncl.callbacks.prediction_writer import RankedPairsWriter
 from ncl.errors import ConfigError
-from ncl.input_checks import check_trains_something, short_usage, unknown_option_line
+from ncl.cli.input_checks import check_trains_something, short_usage, unknown_option_line
 from ncl.methods.base import RetrievalMethod
 
 
@@ -58,7 +58,7 @@ class NclArgumentParser(LightningArgumentParser):
     def format_help(self) -> str:
         """argparse's help, with the epilog (ncl's catalogue of methods) kept as written
         instead of re-wrapped into one paragraph, and a one-line usage (argparse's synopsis
-        lists every option that the help lists again: :func:`~ncl.input_checks.short_usage`)."""
+        lists every option that the help lists again: :func:`~ncl.cli.input_checks.short_usage`)."""
         epilog, self.epilog = self.epilog, None
         usage = self.usage
         if usage is None and getattr(self, "_subcommands_action", None) is None:  # root's is short
