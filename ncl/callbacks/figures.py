@@ -49,7 +49,6 @@ from torch import Tensor
 from ncl.callbacks.diagnostics import ground_truth
 from ncl.callbacks.protocols import Diagnosable, EpochDiagnostics, LossView
 from ncl.division import minmax_normalize
-from ncl.metrics.noise_detection import detection_metrics
 from ncl.evaluation.plots import (
     DETECTION_METRICS,
     LabelPanel,
@@ -61,6 +60,7 @@ from ncl.evaluation.plots import (
     rsum_figure,
     save_figure,
 )
+from ncl.metrics.noise_detection import detection_metrics
 
 #: Sub-folder of the run folder that receives the figures.
 FIGURES = "figures"

@@ -21,10 +21,10 @@ from collections.abc import Sequence
 import lightning as L
 
 from ncl.cli.app import NclCLI, added_callbacks  # noqa: F401 - re-exported: names users and tests import
+from ncl.cli.parser import (  # noqa: F401 - re-exported as well
 from ncl.console import configure_console
 from ncl.errors import NclUserError
 from ncl.methods.base import RetrievalMethod
-from ncl.cli.parser import (  # noqa: F401 - re-exported as well
     _OUTPUT_ROOTS,
     UNAVAILABLE,
     NclArgumentParser,

@@ -39,7 +39,6 @@ from ncl.callbacks.figures import Figures
 from ncl.callbacks.prediction_writer import RankedPairsWriter, check_scorer
 from ncl.callbacks.progress_bars import LineProgressBar, NclRichProgressBar
 from ncl.callbacks.tracking import WandbRunContent
-from ncl.runs.checkpoints import AtomicCheckpointIO, check_backbone, check_weights_fit
 from ncl.cli.checkpoint_options import (
     _extra_kwargs,
     _flat,
@@ -47,19 +46,11 @@ from ncl.cli.checkpoint_options import (
     drop_removed_options,
     warn_replaced_model_options,
 )
+from ncl.cli.input_checks import precision_note
+from ncl.cli.parser import NclArgumentParser, _as_list, _get, prediction_writer  # noqa: F401
 from ncl.compose import TRAINER_DEFAULTS, expand_configs
 from ncl.errors import NclWarning
-from ncl.cli.input_checks import precision_note
-from ncl.runs.loggers import NclWandbLogger, run_labels
-from ncl.cli.parser import NclArgumentParser, _as_list, _get, prediction_writer  # noqa: F401
-from ncl.runs.record import (
-    Resume,
-    RunConfigSaver,
-    check_resume,
-    flatten,
-    leftover_start,
-    remove_start_record,
-)
+from ncl.runs.checkpoints import AtomicCheckpointIO, check_backbone, check_weights_fit
 from ncl.runs.folders import (
     CHECKPOINTS,
     WANDB_LOGGERS,
@@ -71,6 +62,15 @@ from ncl.runs.folders import (
     run_dir_of,
     runs_root,
     set_logger,
+)
+from ncl.runs.loggers import NclWandbLogger, run_labels
+from ncl.runs.record import (
+    Resume,
+    RunConfigSaver,
+    check_resume,
+    flatten,
+    leftover_start,
+    remove_start_record,
 )
 
 

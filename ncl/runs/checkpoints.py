@@ -26,8 +26,8 @@ from torch.nn.parameter import is_lazy
 
 from ncl.errors import ConfigError
 from ncl.io import atomic_write
-from ncl.runs.record import FREE, describe, differences, run_options
 from ncl.runs.folders import read_checkpoint, run_dir_of
+from ncl.runs.record import FREE, describe, differences, run_options
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -11,10 +11,10 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import TINY_BACKBONE_ARGS
-from ncl.runs.checkpoints import AtomicCheckpointIO
 from ncl.cli import NclCLI
-from ncl.methods.base import RetrievalMethod
 from ncl.compose import merged
+from ncl.methods.base import RetrievalMethod
+from ncl.runs.checkpoints import AtomicCheckpointIO
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = TINY_BACKBONE_ARGS

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ncl.cli import main
-from ncl.runs.loggers import WANDB_ID_FILE, NclWandbLogger
 from ncl.runs.folders import newest_checkpoint, runs_root
+from ncl.runs.loggers import WANDB_ID_FILE, NclWandbLogger
 from resume_helpers import fit_killed_at
 from tiny_runs import METHODS, assert_same_checkpoints, last_checkpoint, method_config, per_epoch, run_folder
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ncl.data.facts import SPLIT_COUNTS
-from ncl.datatools.layout_check import check_layout, sample_rows
 from ncl.data.synthetic import generate, preset
+from ncl.datatools.layout_check import check_layout, sample_rows
 
 NAME = "synthetic_precomp"
 

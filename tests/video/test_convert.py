@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ncl.datatools import video_convert
 from ncl.data.video import VideoDataModule
+from ncl.datatools import video_convert
 
 
 def release(tmp_path: Path) -> list[str]:
