@@ -22,9 +22,6 @@ import lightning as L
 
 from ncl.cli.app import NclCLI, added_callbacks  # noqa: F401 - re-exported: names users and tests import
 from ncl.cli.parser import (  # noqa: F401 - re-exported as well
-from ncl.console import configure_console
-from ncl.errors import NclUserError
-from ncl.methods.base import RetrievalMethod
     _OUTPUT_ROOTS,
     UNAVAILABLE,
     NclArgumentParser,
@@ -33,6 +30,9 @@ from ncl.methods.base import RetrievalMethod
     catalogue,
     check_output_folders,
 )
+from ncl.console import configure_console
+from ncl.errors import NclUserError
+from ncl.methods.base import RetrievalMethod
 
 
 def _root_cause(err: BaseException) -> BaseException:
