@@ -47,8 +47,8 @@ holds the rest, one more pair when one would be left alone), and the other pairs
 are the "classes" of the Dirichlet.
 
 Who does what: the DataModule's ``predict_dataloader`` serves the split in the batches of
-:class:`~ncl.data.predict_split.ScoringBatchSampler`; ``Pretrained.predict_step`` gives each batch's averaged score
-matrix (and its averaged evidence under ``--ranking uncertainty``);
+:class:`~ncl.data.predict_split.ScoringBatchSampler`; ``Pretrained.predict_step`` gives each
+batch's averaged score matrix (and its averaged evidence under ``--ranking uncertainty``);
 :class:`ncl.callbacks.prediction_writer.RankedPairsWriter` (whose options are ``--out``,
 ``--split``, ``--batch_size``, ``--margin``, ``--ranking``) turns the matrices into per-pair
 values, fits the GMM once every batch is in (``gmm``), and writes the table with the pure
@@ -59,7 +59,6 @@ orders, detection summaries and the table's columns. The split's batches live wi
 data (:mod:`ncl.data.predict_split`); the options, the files and the lines printed about
 them in :mod:`ncl.evaluation.ranked_output`.
 """
-
 
 from __future__ import annotations
 
