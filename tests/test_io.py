@@ -37,7 +37,7 @@ def test_atomic_write_honours_the_umask(tmp_path: Path, umask, mask: int) -> Non
 def test_checkpoints_are_group_readable(tmp_path: Path, umask) -> None:
     import torch
 
-    from ncl.checkpoint_io import AtomicCheckpointIO
+    from ncl.runs.checkpoints import AtomicCheckpointIO
 
     umask(0o027)
     AtomicCheckpointIO().save_checkpoint({"x": torch.ones(1)}, tmp_path / "last.ckpt")

@@ -22,7 +22,7 @@ Observers (generic, :class:`~ncl.callbacks.protocols.Diagnosable`):
   sizes, noise-detection P/R/F1, label distributions); attached by methods with diagnostics.
 * :class:`Figures` - PNG figures in ``<run dir>/figures/`` (loss histograms with the GMM, label
   histograms, detection and validation rSum curves), also logged to W&B; added to every fit by
-  the CLI; plotting in :mod:`ncl.plots`.
+  the CLI; plotting in :mod:`ncl.evaluation.plots`.
 * :mod:`ncl.callbacks.tracking` - what a W&B run records besides the metrics.
 """
 

@@ -1,5 +1,5 @@
 """The :class:`Figures` callback: PNG figures of a run in ``<run dir>/figures/``, also sent to
-W&B as images when a ``WandbLogger`` (e.g. :class:`ncl.loggers.NclWandbLogger`) is among
+W&B as images when a ``WandbLogger`` (e.g. :class:`ncl.runs.loggers.NclWandbLogger`) is among
 ``trainer.loggers``.
 
 A generic observer: it knows no method. What it draws comes from the method's
@@ -25,7 +25,7 @@ rewritten in place. Everything happens on rank 0 only (the method's state is ide
 every rank); the curves' history is part of the callback's checkpoint state, so a resumed run
 continues them. ``ncl`` adds the callback to ``validate``/``test``/``predict`` as well, so
 that Lightning finds a callback for that state when it loads a fit checkpoint there (it
-warns otherwise); outside ``fit`` it draws nothing. The plotting itself is :mod:`ncl.plots`
+warns otherwise); outside ``fit`` it draws nothing. The plotting itself is :mod:`ncl.evaluation.plots`
 (pure functions).
 
 Hooks: the epoch's first training batch (``on_train_batch_start`` with ``batch_idx == 0``: every
@@ -49,8 +49,7 @@ from torch import Tensor
 from ncl.callbacks.diagnostics import ground_truth
 from ncl.callbacks.protocols import Diagnosable, EpochDiagnostics, LossView
 from ncl.division import minmax_normalize
-from ncl.metrics.noise_detection import detection_metrics
-from ncl.plots import (
+from ncl.evaluation.plots import (
     DETECTION_METRICS,
     LabelPanel,
     LossPanel,
@@ -61,6 +60,7 @@ from ncl.plots import (
     rsum_figure,
     save_figure,
 )
+from ncl.metrics.noise_detection import detection_metrics
 
 #: Sub-folder of the run folder that receives the figures.
 FIGURES = "figures"

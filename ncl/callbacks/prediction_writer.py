@@ -1,6 +1,6 @@
 """The writer of ``ncl predict``: per-pair values from the predicted batch matrices, the GMM
 over the whole split (or DECL's uncertainty, ``--ranking uncertainty``), the ranked table
-(:mod:`ncl.predict` holds the pure parts).
+(:mod:`ncl.evaluation.ranking` holds the pure parts).
 
 It works through two small protocols: the method gives each batch's score matrix
 (:class:`BatchScorer`, :class:`~ncl.methods.pretrained.Pretrained`), the DataModule serves the
@@ -19,20 +19,17 @@ from torch import Tensor
 
 from ncl.data.datasets import PairDataset
 from ncl.errors import ConfigError
-from ncl.predict import (
+from ncl.evaluation.ranked_output import check_options, report, report_uncertainty, write_outputs
+from ncl.evaluation.ranking import (
     DEFAULT_MARGIN,
     PairScores,
-    check_options,
     clean_probability,
     detection_summary,
     pair_values,
     ranked_table,
-    report,
-    report_uncertainty,
     uncertainty_summary,
     uncertainty_table,
     uncertainty_values,
-    write_outputs,
 )
 
 
@@ -72,14 +69,14 @@ class PredictData(Protocol):
 class RankedPairsWriter(BasePredictionWriter):
     """Ranks the pairs of a split by how likely they are mismatched (``ncl predict``).
 
-    Every batch's pairs get their similarity and mean hinge (:func:`ncl.predict.pair_values`)
+    Every batch's pairs get their similarity and mean hinge (:func:`ncl.evaluation.ranking.pair_values`)
     as the batch arrives; at the end of the epoch the two-component GMM of the losses of the
     whole split gives each pair its clean probability, and the table (and its metrics, when
     the ground truth is known) is written and summarised on screen. One device only: the
     mixture is fitted on the whole split in one process.
 
     With ``ranking="uncertainty"`` each batch's pairs also get DECL's uncertainty and
-    prediction from the batch's evidence (:func:`ncl.predict.uncertainty_values`, ``K`` = the
+    prediction from the batch's evidence (:func:`ncl.evaluation.ranking.uncertainty_values`, ``K`` = the
     batch's size); no mixture is fitted, and the table has ``uncertainty`` and
     ``predicted_clean`` instead of ``clean_probability``, most uncertain first.
 

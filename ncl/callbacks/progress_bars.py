@@ -3,7 +3,7 @@
 Lightning 2.6 draws its Rich bar whenever ``rich`` is installed. In a log file
 (``ncl fit ... > log.txt``, a batch job) a Rich bar is not redrawn in place: it prints
 nothing while an epoch runs and a stale render of the finished bar at the end, so the log shows
-no progress at all inside an epoch. :func:`ncl.app.added_callbacks` therefore picks
+no progress at all inside an epoch. :func:`ncl.cli.app.added_callbacks` therefore picks
 
 * :class:`NclRichProgressBar` when stdout is a terminal (Lightning's bar, without ``v_num``),
 * :class:`LineProgressBar` otherwise: one plain, complete line every ``every_n_steps`` steps,

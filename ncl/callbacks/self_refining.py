@@ -42,7 +42,7 @@ from torch import nn
 from ncl.data.samplers import epoch_seed
 from ncl.errors import ConfigError
 from ncl.training.pieces import PieceSchedule
-from ncl.training.streams import declare_stream
+from ncl.streams import declare_stream
 
 #: Stream id of :func:`~ncl.data.samplers.epoch_seed` for the weights of a re-initialised
 #: piece (the ``epoch`` slot of the seed holds the piece).

@@ -1,7 +1,7 @@
 """What a Weights & Biases run of ``ncl`` holds besides the logged scalars.
 
 :class:`WandbRunContent` is added by ``ncl fit|validate|test`` to every run whose loggers
-include an enabled :class:`~ncl.loggers.NclWandbLogger` (the configs need not name it). On
+include an enabled :class:`~ncl.runs.loggers.NclWandbLogger` (the configs need not name it). On
 rank 0 it
 
 * at the start of the run: puts the run's provenance in the W&B config (``ncl_version``,
@@ -108,7 +108,7 @@ def results_table(metrics: Mapping[str, Any]) -> tuple[list[str], list[list[Any]
 
 def _wandb_loggers(trainer: L.Trainer) -> list[Any]:
     """The trainer's NclWandbLoggers that write a W&B run (not ``mode: disabled``)."""
-    from ncl.loggers import NclWandbLogger
+    from ncl.runs.loggers import NclWandbLogger
 
     return [lg for lg in trainer.loggers if isinstance(lg, NclWandbLogger) and lg.enabled]
 

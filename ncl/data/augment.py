@@ -48,7 +48,7 @@ from torch import Tensor
 
 from ncl.data.vocab import END, START
 from ncl.errors import ConfigError
-from ncl.training.streams import declare_stream
+from ncl.streams import declare_stream
 
 SpecialTokens = Literal["augment", "keep"]
 RandomIds = Literal["official", "words"]
@@ -230,7 +230,7 @@ def _like(out: np.ndarray, template: ArrayT) -> ArrayT:
 
 
 # ---------------------------------------------------------------------------- the data hook
-#: Stream identifier of the per-sample augmentation draws (:mod:`ncl.training.streams`).
+#: Stream identifier of the per-sample augmentation draws (:mod:`ncl.streams`).
 AUGMENT_STREAM = declare_stream(14, "augment.per_sample")
 
 TrainItem = dict[str, object]

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ncl.data.facts import TRAIN_COUNTS  # the file lengths are unique, so a length names its split
 from ncl.data.noise import (
     NoiseFormat,
     caption_level_noise,
@@ -37,13 +38,6 @@ from ncl.data.noise import (
 from ncl.errors import DataError
 from ncl.io import atomic_save_npy, sha256_file
 
-#: Training-split sizes (images, captions) of the datasets the published files are for
-#: (spec 1.2); the file lengths below are unique, so a file's length names its split.
-TRAIN_COUNTS: dict[str, tuple[int, int]] = {
-    "f30k_precomp": (29_000, 145_000),
-    "coco_precomp": (113_287, 566_435),
-    "cc152k_precomp": (150_000, 150_000),
-}
 
 #: How the papers are cited in the registry (a short name, the venue, and the title).
 RCL_PAPER = "RCL: Hu et al., Cross-Modal Retrieval with Partially Mismatched Pairs, TPAMI 2023"

@@ -27,7 +27,6 @@ from ncl.data.token_cache import cached_encode
 from ncl.data.tokenize import tokenize
 from ncl.data.vocab import Vocabulary
 from ncl.errors import ConfigError, DataError, NclWarning
-from ncl.input_checks import dtype_note
 
 SPLITS = ("train", "dev", "test", "testall")
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
@@ -40,9 +39,37 @@ def features_path(data_dir: Path, split: str) -> Path:
     return data_dir / f"{split}_ims.npy"
 
 
+def _size(n_bytes: float) -> str:
+    """``"1.2 GB"``, ``"340.0 MB"``, ``"12.0 kB"`` (decimal units, as disks are sold)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.1f} {unit}"
+    return f"{int(n_bytes)} bytes"
+
+
+def dtype_note(path: Path, feats: np.ndarray) -> str | None:
+    """The warning for a feature file that is not float32 (``None`` for float32).
+
+    Batches are converted to float32 either way; float64 only costs memory (the memory-mapped
+    file fills the page cache: twice float32's), float16 has already lost precision.
+    """
+    dtype = np.dtype(feats.dtype)
+    if dtype == np.float32:
+        return None
+    if dtype == np.float64:
+        extra = int(np.prod(feats.shape, dtype=np.int64)) * 4  # float64 - float32 bytes
+        return (f"feature file {path} holds float64 features: batches are converted to "
+                f"float32, so float64 only doubles the memory the file takes versus float32 "
+                f"({_size(extra)} more for this file); save it as float32 "
+                f"(np.save(path, features.astype(np.float32)))")
+    return (f"feature file {path} holds {dtype} features: batches are converted to float32, "
+            f"but the values keep {dtype}'s precision, so results can differ from the papers' "
+            f"float32 features")
+
+
 def open_features(path: Path, nan_check_samples: int = 64) -> np.ndarray:
     """Memory-map ``(N, R, D)`` features and validate rank, dtype and a sample of values; a
-    float16 or float64 file is accepted with one warning (:func:`ncl.input_checks.dtype_note`).
+    float16 or float64 file is accepted with one warning (:func:`dtype_note`).
 
     NaN/Inf are looked for in ``nan_check_samples`` images spread evenly over the file
     (first and last included), not in all of it: a full scan would read 33 GB for COCO

@@ -19,13 +19,39 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from ncl.training.streams import declare_stream
+from ncl.streams import declare_stream
 
-# Stream identifiers: every consumer of (seed, epoch) gets an independent stream
-# (declared in ncl.training.streams, which keeps them unique).
+# Stream identifiers: every consumer of (seed, epoch) gets an independent stream (declared in
+# ncl.streams, which keeps them unique).
 SHUFFLE_STREAM = declare_stream(11, "samplers.shuffle")
 GLOBAL_TORCH_STREAM = declare_stream(12, "samplers.global_torch")
 METHOD_STREAM = declare_stream(13, "samplers.method")
+# The training passes' streams (ncl.training.plans); ncl predict replays DIVISION_STREAM's
+# shuffle (ncl.data.predict_split).
+WARMUP_STREAM = declare_stream(1, "plans.warmup")
+LABELLED_STREAM = declare_stream(2, "plans.labelled")
+UNLABELLED_STREAM = declare_stream(3, "plans.unlabelled")
+DIVISION_STREAM = declare_stream(4, "plans.division")
+
+
+def rng_for(seed: int, epoch: int, stream: int, net: int, cycle: int = 0) -> np.random.Generator:
+    """An independent numpy generator for one shuffle, identical on every rank."""
+    return np.random.default_rng([seed, epoch, stream, net, cycle])
+
+
+def deal_batches(order: np.ndarray, batch_size: int, rank: int = 0, world: int = 1) -> list[np.ndarray]:
+    """This rank's batches of a pass over ``order`` (all sample indices, in pass order).
+
+    ``order`` is cut into ``batch_size`` batches; a last batch of one pair joins the batch
+    before it (alone it would have no in-batch negative: a loss of exactly 0, a softmax of
+    exactly 1). Batch ``b`` goes to rank ``b % world``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    batches = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
+    if len(batches) > 1 and len(batches[-1]) == 1:
+        batches = [*batches[:-2], np.concatenate(batches[-2:])]
+    return batches[rank::world]
 
 
 def global_seed(default: int = 0) -> int:

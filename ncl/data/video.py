@@ -1,7 +1,7 @@
 """Precomputed video-text data: a documented on-disk layout and its DataModules.
 
 There is no single official release format for video features, so ncl defines one
-(docs/video.md; ``python -m ncl.data.video_convert`` sketches a converter)::
+(docs/video.md; ``python -m ncl.datatools.video_convert`` sketches a converter)::
 
     <data_root>/<data_name>/manifest.json        {"experts": [{"name": "appearance", "dim": 2048},
                                                                {"name": "motion", "dim": 2048}]}
@@ -198,11 +198,11 @@ class VideoDataModule(PrecompDataModule):
         if not folder.is_dir():  # the image path's message points at the image datasets' README
             raise DataError(f"video dataset folder not found: {folder} (data_root={data_root!r}, "
                             f"data_name={data_name!r}); docs/video.md describes the layout and "
-                            f"python -m ncl.data.video_convert writes it")
+                            f"python -m ncl.datatools.video_convert writes it")
         vocab = Path(vocab_path) if vocab_path else Path(data_root) / "vocab" / f"{data_name}_vocab.json"
         if not vocab.is_file():
             raise DataError(f"vocabulary file not found: {vocab}; pass data.vocab_path or write it "
-                            f"with python -m ncl.data.video_convert (docs/video.md)")
+                            f"with python -m ncl.datatools.video_convert (docs/video.md)")
         super().__init__(data_root=data_root, data_name=data_name, vocab_path=vocab_path,
                          batch_size=batch_size, eval_batch_size=eval_batch_size,
                          num_workers=num_workers, noise_type=noise_type, noise_ratio=noise_ratio,

@@ -8,7 +8,7 @@ list states, rank order), puts every row at its dataset index (the DistributedSa
 padded repeats land on their own index, so each sample counts once), keeps the images whose
 captions were all encoded (``limit_val_batches``), hands the embeddings to a *scorer* (the
 method's: :func:`score_networks` for a plain method, sharded over the ranks by
-:func:`~ncl.training.distributed.rank_sharded_similarity`) and runs the retrieval protocols.
+:func:`~ncl.evaluation.sharded.rank_sharded_similarity`) and runs the retrieval protocols.
 
 Caption embeddings are ``(B, L_b, E)`` with ``L_b`` the batch's longest caption, so batches
 (and ranks) differ in ``L_b``. A list state must concatenate along dim 0, so each 3-D
@@ -30,8 +30,9 @@ from torchmetrics.utilities import dim_zero_cat
 
 from ncl.evaluation.nonfinite import EvalSite, check_finite_embeddings, check_finite_similarities
 from ncl.evaluation.protocol import Protocol, Results, evaluate_systems
+from ncl.evaluation.sharded import rank_sharded_similarity
 from ncl.evaluation.similarity import SimFn, ensemble
-from ncl.training.distributed import last_occurrences, rank_sharded_similarity
+from ncl.training.distributed import last_occurrences
 
 #: The metrics logged per system and split (the protocol also returns median/mean ranks).
 LOGGED_KEYS: tuple[str, ...] = ("rsum", "i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10")
@@ -198,7 +199,7 @@ def score_networks(networks: Sequence[tuple[str, SimFn]], emb: Embeddings, shard
     Args:
         networks: ``(name, sim_fn)`` of network ``k`` of ``emb``, for each ``k``.
         emb: the gathered embeddings.
-        shard_size, device: as :func:`~ncl.training.distributed.rank_sharded_similarity`.
+        shard_size, device: as :func:`~ncl.evaluation.sharded.rank_sharded_similarity`.
         site: the split and method, for error messages and the progress bar.
     """
     sims: dict[str, Tensor] = {}

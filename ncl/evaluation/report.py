@@ -186,7 +186,7 @@ def write_results(
         out_dir: Directory; created if missing.
         stem: File name without extension.
         training_noise: the noise the tested model was trained on (SHA-256, pairing digest,
-            registry name: :data:`ncl.data.datamodule.TRAINING_NOISE_KEYS`); written into the
+            registry name: :data:`ncl.data.noise_record.TRAINING_NOISE_KEYS`); written into the
             JSON under the top-level key :data:`TRAINING_NOISE` beside the systems, so that
             two results on the same pairing can be recognised. Omitted when unknown.
 

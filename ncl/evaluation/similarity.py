@@ -7,7 +7,7 @@ The matrix is a grid of blocks (:func:`similarity_blocks`, ``shard_size`` images
 ``shard_size`` captions, caption shards in the outer loop). Under DDP the ranks split this
 same grid into contiguous runs of blocks (:func:`rank_block_range`), each computes its own
 run exactly as one process would (:func:`iter_block_scores`), and
-:func:`ncl.training.distributed.rank_sharded_similarity` gathers the runs and puts them in
+:func:`ncl.evaluation.sharded.rank_sharded_similarity` gathers the runs and puts them in
 place (:func:`place_blocks`). Every score is thus produced by the same ``sim_fn`` call on the
 same inputs whatever the number of processes, so the matrix is bit-identical to one
 process's: no assumption that ``sim_fn`` gives the same bits for a pair in another block.
@@ -218,7 +218,7 @@ def sharded_similarity(
     moved to ``device`` and ``sim_fn`` is called once; the block result goes straight to a CPU
     matrix. Only one image block and one caption block are on the device at a time, so device
     memory is bounded by ``shard_size`` whatever N. Runs under ``torch.no_grad``. This process
-    computes every block; :func:`ncl.training.distributed.rank_sharded_similarity` splits
+    computes every block; :func:`ncl.evaluation.sharded.rank_sharded_similarity` splits
     them over DDP ranks.
 
     Args:

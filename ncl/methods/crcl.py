@@ -41,7 +41,7 @@ from ncl.training.passes import PassSpec, PerSampleFn
 from ncl.training.pieces import (OFFICIAL_SCHEDULES_TRAIN_SH, OFFICIAL_WARM_EPOCH, PieceLocation,
                                  PieceSchedule)
 from ncl.training.state import PerSampleState, overwrite
-from ncl.training.streams import declare_stream
+from ncl.streams import declare_stream
 
 Selection = Literal["all", "last_piece"]
 

@@ -57,11 +57,11 @@ from ncl.metrics.noise_detection import detection_metrics
 from ncl.models.contracts import forward_logits
 from ncl.training.schedule import step_decay
 from ncl.training.state import PerSampleState, overwrite
-from ncl.training.streams import declare_stream
+from ncl.streams import declare_stream
 
 LrSchedule = Literal["after_warmup", "global"]
 
-#: Stream id of the prediction pass's shuffle (:mod:`ncl.training.streams`).
+#: Stream id of the prediction pass's shuffle (:mod:`ncl.streams`).
 PREDICTION_STREAM = declare_stream(41, "decl.prediction")
 #: Rows of the prediction table (:func:`~ncl.losses.decl.correspondence_statistics`).
 PRED_CLEAN, U_I2T, U_T2I, MATCHED_EVIDENCE = range(4)

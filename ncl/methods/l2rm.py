@@ -69,7 +69,7 @@ from ncl.training.distributed import world_size
 from ncl.training.passes import eval_mode
 from ncl.training.plans import PlanLoader, Step, StepDataset, rematch_plan, warmup_plan
 from ncl.training.schedule import step_decay
-from ncl.training.streams import declare_stream
+from ncl.streams import declare_stream
 from ncl.transport.cost import (
     CostNetwork,
     ImageQueue,
@@ -82,7 +82,7 @@ from ncl.transport.partial_ot import PartialPlan, partial_ot
 
 MaskOwnImage = Literal["auto", "on", "off"]
 
-#: Stream ids of the method's own draws (:mod:`ncl.training.streams`): the division pass's
+#: Stream ids of the method's own draws (:mod:`ncl.streams`): the division pass's
 #: shuffle, the first queue, the key points of each step.
 DIVISION_STREAM = declare_stream(51, "l2rm.division")
 QUEUE_STREAM = declare_stream(52, "l2rm.queue")

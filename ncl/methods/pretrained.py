@@ -38,6 +38,7 @@ from ncl.evaluation.nonfinite import (
     check_finite_embeddings,
     check_finite_similarities,
 )
+from ncl.evaluation.sharded import rank_sharded_similarity
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.models.checkpoint import (
     DECL_TAU,
@@ -51,7 +52,6 @@ from ncl.models.checkpoint import (
     read_checkpoint_file,
 )
 from ncl.models.contracts import forward_batch, forward_logits
-from ncl.training.distributed import rank_sharded_similarity
 
 #: ``combine`` values: :data:`~ncl.evaluation.combine.Combine` plus ``"logits"``, the mean of
 #: the raw scores before the sigmoid (ReCon trains on them; its paper does not say which of

@@ -44,14 +44,14 @@ from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
 from ncl.training.schedule import step_decay
 from ncl.training.state import PerSampleState
-from ncl.training.streams import declare_stream
+from ncl.streams import declare_stream
 
 PenaltySource = Literal["division", "step"]
 LrSchedule = Literal["after_warmup", "global"]
 Reduction = Literal["mean", "sum"]
 
 #: Stream id of the division pass's shuffle (:func:`~ncl.training.passes.pass_order`;
-#: :mod:`ncl.training.streams` keeps the ids unique).
+#: :mod:`ncl.streams` keeps the ids unique).
 DIVISION_STREAM = declare_stream(31, "recon.division")
 
 # The grid's ReCon row on configs/quickstart.yaml (docs/methods/recon.md): eta = 5 triplet warm-up

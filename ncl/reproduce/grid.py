@@ -238,7 +238,7 @@ def cell_args(cell: Cell, preset: Preset, run_root: Path, setting: Setting) -> t
                   "--trainer.enable_model_summary=false"]
     # The CSV logger in the cell's folder, whatever the config's or ncl's default logger: the
     # run (checkpoints, metrics.csv with the detection diagnostics) is read back from there.
-    common += ["--trainer.logger=ncl.loggers.NclCSVLogger", f"--trainer.logger.init_args.save_dir={run_root}",
+    common += ["--trainer.logger=ncl.runs.loggers.NclCSVLogger", f"--trainer.logger.init_args.save_dir={run_root}",
                *noise, f"--seed_everything={cell.seed}", f"--trainer.default_root_dir={run_root}",
                "--trainer.enable_progress_bar=false"]
     if setting.gpu:

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
+from ncl.data.samplers import deal_batches  # noqa: F401 - also imported from here
 from ncl.progress import track
 from ncl.training.distributed import broadcast_buffers_, gather_by_index
 from ncl.training.plans import IndexBatches, iterate
@@ -52,21 +53,6 @@ class PassSpec:
     stream: int
     seed: int
     per_net_shuffle: bool = False
-
-
-def deal_batches(order: np.ndarray, batch_size: int, rank: int = 0, world: int = 1) -> list[np.ndarray]:
-    """This rank's batches of a pass over ``order`` (all sample indices, in pass order).
-
-    ``order`` is cut into ``batch_size`` batches; a last batch of one pair joins the batch
-    before it (alone it would have no in-batch negative: a loss of exactly 0, a softmax of
-    exactly 1). Batch ``b`` goes to rank ``b % world``.
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    batches = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
-    if len(batches) > 1 and len(batches[-1]) == 1:
-        batches = [*batches[:-2], np.concatenate(batches[-2:])]
-    return batches[rank::world]
 
 
 def pass_order(spec: PassSpec, num_samples: int, epoch: int, net: int) -> np.ndarray:

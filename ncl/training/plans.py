@@ -27,15 +27,16 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ncl.data.datasets import Batch, collate
+# The training streams and their generator live with the other streams (ncl.data.samplers),
+# where ncl predict's scoring batches, which replay the co-divide's shuffle, read them too.
+from ncl.data.samplers import (  # noqa: F401 - the stream names are imported from here as well
+    DIVISION_STREAM,
+    LABELLED_STREAM,
+    UNLABELLED_STREAM,
+    WARMUP_STREAM,
+    rng_for,
+)
 from ncl.errors import TrainingError
-from ncl.training.streams import declare_stream
-
-# Stream identifiers mixed into the seed so that every shuffle is an independent stream
-# (declared in ncl.training.streams, which keeps them unique).
-WARMUP_STREAM = declare_stream(1, "plans.warmup")
-LABELLED_STREAM = declare_stream(2, "plans.labelled")
-UNLABELLED_STREAM = declare_stream(3, "plans.unlabelled")
-DIVISION_STREAM = declare_stream(4, "plans.division")
 
 
 @dataclass(frozen=True)
@@ -51,11 +52,6 @@ class Step:
     net: int
     labelled: np.ndarray
     unlabelled: np.ndarray | None = None
-
-
-def rng_for(seed: int, epoch: int, stream: int, net: int, cycle: int = 0) -> np.random.Generator:
-    """An independent numpy generator for one shuffle, identical on every rank."""
-    return np.random.default_rng([seed, epoch, stream, net, cycle])
 
 
 def shard(indices: np.ndarray, rank: int, world: int) -> np.ndarray:

@@ -8,7 +8,7 @@ What it measures, on the synthetic benchmark data (``ncl.data.synthetic``, prese
    default, ``--module SGR`` for SGR) and the embeddings are written to a temporary file.
 2. For every ``--shard-sizes`` value, fresh processes (``torch.multiprocessing.spawn``) load
    the embeddings and compute the matrix with
-   :func:`ncl.training.distributed.rank_sharded_similarity`, as ``RetrievalMethod`` does in
+   :func:`ncl.evaluation.sharded.rank_sharded_similarity`, as ``RetrievalMethod`` does in
    validation: once with 1 process (no process group: ``sharded_similarity`` itself) and
    once with 2 gloo processes, each with ``--threads`` torch threads (default 1: one core
    per process, as one GPU per process would be). Optionally (``--baseline-threads 2``)
@@ -113,7 +113,7 @@ def worker(rank: int, world: int, threads: int, init_file: str, emb_path: str, s
     """One process: load the embeddings, time the (rank-sharded) similarity, save results."""
     import torch.distributed as dist
 
-    from ncl.training.distributed import rank_sharded_similarity
+    from ncl.evaluation.sharded import rank_sharded_similarity
 
     torch.set_num_threads(threads)
     if world > 1:

@@ -1,4 +1,4 @@
-"""Run figures (ncl.plots, pure) and the Figures callback (ncl.callbacks.figures), down to a
+"""Run figures (ncl.evaluation.plots, pure) and the Figures callback (ncl.callbacks.figures), down to a
 tiny NCR run through the real CLI whose figures folder is checked."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from scipy.stats import norm
 from ncl.callbacks.figures import Figures, _prune, detection_scores, loss_panels, rsum_series
 from ncl.callbacks.protocols import EpochDiagnostics, LossView
 from ncl.cli import main
-from ncl.plots import (
+from ncl.evaluation.plots import (
     GmmParams,
     LabelPanel,
     LossPanel,

@@ -11,10 +11,10 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from helpers import TINY_BACKBONE_ARGS
-from ncl.checkpoint_io import AtomicCheckpointIO
 from ncl.cli import NclCLI
-from ncl.methods.base import RetrievalMethod
 from ncl.compose import merged
+from ncl.methods.base import RetrievalMethod
+from ncl.runs.checkpoints import AtomicCheckpointIO
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = TINY_BACKBONE_ARGS
@@ -30,7 +30,7 @@ def test_atomic_write_keeps_previous_checkpoint_on_failure(tmp_path: Path, monke
         handle.write(b"partial")
         raise OSError("No space left on device")
 
-    monkeypatch.setattr("ncl.checkpoint_io.torch.save", crash)
+    monkeypatch.setattr("ncl.runs.checkpoints.torch.save", crash)
     with pytest.raises(OSError):
         io.save_checkpoint({"epoch": 2}, path)
     assert torch.load(path)["epoch"] == 1  # the previous complete checkpoint survives

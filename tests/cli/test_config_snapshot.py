@@ -65,6 +65,9 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
     ("model.init_args.mask_filled_regions", ABSENT, True):
         "ReCon's relations leave out the regions the training augmentation filled with 1e-10",
 
+    # issue 37: the package shows its layers (docs/design.md, "Layout")
+    ("trainer.logger.class_path", "ncl.loggers.NclWandbLogger", "ncl.runs.loggers.NclWandbLogger"):
+        "the loggers live with the run bookkeeping (ncl/runs/); the same class, so the same run",
 }
 
 

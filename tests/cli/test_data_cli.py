@@ -15,7 +15,7 @@ import yaml
 from cli_helpers import error_lines, main_exit, tiny
 
 import ncl.cli as cli
-import ncl.data_cli as data_cli
+import ncl.cli.data_cli as data_cli
 from ncl.data.noise_registry import TRAIN_COUNTS, pairing_digest
 
 F30K_IMAGES, F30K_CAPTIONS = TRAIN_COUNTS["f30k_precomp"]
@@ -197,7 +197,7 @@ def test_help_works_at_every_level(capsys) -> None:
 # ------------------------------------------------------------------- the data check hook
 @dataclass
 class FakeReport:
-    """What ``ncl.data.layout_check.check_layout`` returns, as the hook uses it."""
+    """What ``ncl.datatools.layout_check.check_layout`` returns, as the hook uses it."""
 
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)

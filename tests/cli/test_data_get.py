@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import ncl.cli as cli
-import ncl.data.download as download
+import ncl.datatools.download as download
 
 from cli_helpers import error_lines, main_exit
 

@@ -15,7 +15,7 @@ import yaml
 
 from ncl.cli import main
 from ncl.data.datamodule import SyntheticDataModule
-from ncl.predict import COLUMNS, detection_summary, suspicion_order, top_k_precision
+from ncl.evaluation.ranking import COLUMNS, detection_summary, suspicion_order, top_k_precision
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = {"img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16, "sim_dim": 8}
@@ -175,7 +175,7 @@ def test_parquet_without_pyarrow_is_refused(monkeypatch: pytest.MonkeyPatch, tmp
     import builtins
 
     from ncl.errors import ConfigError
-    from ncl.predict import check_out
+    from ncl.evaluation.ranked_output import check_out
 
     real_import = builtins.__import__
 
@@ -193,7 +193,7 @@ def test_parquet_without_pyarrow_is_refused(monkeypatch: pytest.MonkeyPatch, tmp
 
 def test_parquet_table_when_pyarrow_is_installed(tmp_path: Path) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
-    from ncl.predict import write_table
+    from ncl.evaluation.ranked_output import write_table
 
     table = {"caption_index": [1, 0], "image_index": [0, 0], "caption": ["b", "a"],
              "clean_probability": [0.1, 0.9], "similarity": [0.2, 0.8], "loss": [0.5, 0.1]}
@@ -214,7 +214,7 @@ def _co_divide_batches(n: int, batch_size: int) -> list[list[int]]:
 
 @pytest.mark.parametrize(("n", "batch_size"), [(300, 16), (300, 13), (5, 16), (1, 4)])
 def test_scoring_batch_sampler_gives_the_co_divide_batches(n: int, batch_size: int) -> None:
-    from ncl.predict import ScoringBatchSampler
+    from ncl.data.predict_split import ScoringBatchSampler
 
     sampler = ScoringBatchSampler(range(n), batch_size)
     batches = list(sampler)

@@ -23,19 +23,19 @@ from helpers_official import DECL_OPT, ncl_checkpoint, official_checkpoint
 from ncl.cli import main
 from ncl.data.datamodule import SyntheticDataModule
 from ncl.errors import ConfigError
-from ncl.methods.pretrained import Pretrained
-from ncl.models import SGRAF
-from ncl.predict import (
+from ncl.evaluation.ranked_output import check_options
+from ncl.evaluation.ranking import (
     COLUMNS,
     UNCERTAINTY_COLUMNS,
     PairScores,
-    check_options,
     decl_predicted_clean,
     dirichlet_uncertainty,
     uncertainty_order,
     uncertainty_summary,
     uncertainty_table,
 )
+from ncl.methods.pretrained import Pretrained
+from ncl.models import SGRAF
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = {"img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16, "sim_dim": 8}

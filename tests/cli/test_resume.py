@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ncl.cli import main
-from ncl.loggers import WANDB_ID_FILE, NclWandbLogger
-from ncl.runs import newest_checkpoint, runs_root
+from ncl.runs.folders import newest_checkpoint, runs_root
+from ncl.runs.loggers import WANDB_ID_FILE, NclWandbLogger
 from resume_helpers import fit_killed_at
 from tiny_runs import METHODS, assert_same_checkpoints, last_checkpoint, method_config, per_epoch, run_folder
 
@@ -117,7 +117,7 @@ def test_options_replaced_by_the_checkpoint_are_named(tmp_path: Path, synthetic_
 
 def test_runs_root_and_newest_checkpoint(tmp_path: Path) -> None:
     trainer = {"default_root_dir": str(tmp_path), "logger": True,
-               "logger": {"class_path": "ncl.loggers.NclWandbLogger",
+               "logger": {"class_path": "ncl.runs.loggers.NclWandbLogger",
                           "init_args": {"save_dir": str(tmp_path / "runs"), "project": "p", "name": "exp"}}}
     root = runs_root(trainer)
     assert root == tmp_path / "runs" / "p" / "exp"

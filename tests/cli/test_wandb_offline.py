@@ -27,7 +27,7 @@ from ncl.callbacks.figures import Figures
 from ncl.callbacks.tracking import WandbRunContent, results_table, source_commit
 from ncl.cli import added_callbacks
 from ncl.evaluation.report import read_results
-from ncl.loggers import NclWandbLogger
+from ncl.runs.loggers import NclWandbLogger
 
 REPO = Path(__file__).resolve().parents[2]
 EPOCHS = 2
@@ -115,7 +115,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, synthetic_cache: Path) -> dic
     """``ncl fit`` (2 epochs of 2 steps) then ``ncl test --ckpt_path best``: their run folders."""
     root = tmp_path_factory.mktemp("wandb_offline")
     trainer = tiny_trainer(root, max_epochs=EPOCHS, steps=2)
-    trainer["logger"] = {"class_path": "ncl.loggers.NclWandbLogger",
+    trainer["logger"] = {"class_path": "ncl.runs.loggers.NclWandbLogger",
                          "init_args": {"project": "p", "name": "tiny", "save_dir": str(root / "w"),
                                        "log_best_checkpoint": True}}
     cfg = {"seed_everything": 0, "trainer": trainer,

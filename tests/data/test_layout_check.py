@@ -1,4 +1,4 @@
-"""``ncl.data.layout_check``: a good synthetic layout passes; each kind of damage is named."""
+"""``ncl.datatools.layout_check``: a good synthetic layout passes; each kind of damage is named."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ncl.data.layout_check import KNOWN_COUNTS, check_layout, sample_rows
+from ncl.data.facts import SPLIT_COUNTS
 from ncl.data.synthetic import generate, preset
+from ncl.datatools.layout_check import check_layout, sample_rows
 
 NAME = "synthetic_precomp"
 
@@ -59,7 +60,7 @@ def test_official_name_gives_count_warnings_only(root: Path) -> None:
     count_warnings = [w for w in report.warnings if "official f30k_precomp" in w]
     assert len(count_warnings) == 6  # images and captions of train, dev and test
     assert any("train_ims.npy: 60 images" in w and "29,000" in w for w in count_warnings)
-    assert KNOWN_COUNTS["f30k_precomp"]["dev"] == (1_014, 5_070)
+    assert SPLIT_COUNTS["f30k_precomp"]["dev"] == (1_014, 5_070)
 
 
 def test_missing_captions_file_is_a_problem(root: Path) -> None:

@@ -9,8 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from ncl.data.batch_policy import per_device_batch_note
 from ncl.data.contracts import clean_mask_known
-from ncl.data.datamodule import PrecompDataModule, per_device_batch_note, real_noise_default
+from ncl.data.datamodule import PrecompDataModule
+from ncl.data.facts import real_noise_default
 from ncl.errors import NclWarning
 
 from helpers import write_split, write_vocab

@@ -12,9 +12,10 @@ import torch.multiprocessing as mp
 from callbacks.ncr_fakes import tiny_sgraf
 from torch import Tensor
 
+from ncl.evaluation.sharded import rank_sharded_similarity
 from ncl.evaluation.similarity import (Block, place_blocks, rank_block_range, sharded_similarity,
                                        similarity_blocks)
-from ncl.training.distributed import all_gather_cat, rank_sharded_similarity
+from ncl.training.distributed import all_gather_cat
 
 N_IMG, N_CAP, R, L, E = 7, 10, 3, 6, 4
 # SGRAF case: 6 regions x 16 dims as tiny_sgraf expects

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ncl.input_checks import precision_note
+from ncl.cli.input_checks import precision_note
 from ncl.models.gated import GatedVideoText
 from ncl.models.sgraf import SGRAF
 from ncl.models.vse_infinity import VSEInfinity

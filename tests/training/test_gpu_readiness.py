@@ -27,12 +27,8 @@ from helpers import write_split, write_vocab
 from torch import Tensor, nn
 from torch.utils.data.distributed import DistributedSampler
 
-from ncl.data.datamodule import (
-    PrecompDataModule,
-    drop_single_pair_batch,
-    pairs_per_rank,
-    pin_memory,
-)
+from ncl.data.batch_policy import drop_single_pair_batch, pairs_per_rank, pin_memory
+from ncl.data.datamodule import PrecompDataModule
 from ncl.division.co_divide import mean_hinge
 from ncl.evaluation.metric import by_index, fold, unfold, unfold_by_index
 from ncl.training.distributed import (

@@ -1,4 +1,4 @@
-"""``python -m ncl.data.video_convert`` writes a layout that VideoDataModule reads back."""
+"""``python -m ncl.datatools.video_convert`` writes a layout that VideoDataModule reads back."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ncl.data import video_convert
 from ncl.data.video import VideoDataModule
+from ncl.datatools import video_convert
 
 
 def release(tmp_path: Path) -> list[str]:
@@ -56,7 +56,7 @@ def test_varying_counts_without_captions_per_clip_is_one_clear_error(tmp_path: P
 
 
 def test_the_module_runs_with_python_dash_m(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "ncl.data.video_convert", *release(tmp_path),
+    done = subprocess.run([sys.executable, "-m", "ncl.datatools.video_convert", *release(tmp_path),
                            "--captions-per-clip", "3"], capture_output=True, text=True, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stderr[-2000:]

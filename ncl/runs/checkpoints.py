@@ -7,7 +7,7 @@ writes to a hidden temporary file beside the target and renames it over the targ
 path always holds either the previous complete checkpoint or the new complete one.
 
 The ``ncl`` command installs it on every Trainer that does not bring its own CheckpointIO
-(see :class:`ncl.app.NclCLI`); Python users pass ``Trainer(plugins=[AtomicCheckpointIO()])``.
+(see :class:`ncl.cli.app.NclCLI`); Python users pass ``Trainer(plugins=[AtomicCheckpointIO()])``.
 
 Reading: :func:`check_backbone` and :func:`check_weights_fit` turn a checkpoint that does not
 fit the config's model (another ``embed_size``, an SAF checkpoint under an SGR config) into one
@@ -26,8 +26,8 @@ from torch.nn.parameter import is_lazy
 
 from ncl.errors import ConfigError
 from ncl.io import atomic_write
-from ncl.run_record import FREE, describe, differences, run_options
-from ncl.runs import read_checkpoint, run_dir_of
+from ncl.runs.folders import read_checkpoint, run_dir_of
+from ncl.runs.record import FREE, describe, differences, run_options
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

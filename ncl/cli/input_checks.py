@@ -1,8 +1,10 @@
-"""Checks of a user's input that end in one line (issue 29): option typos, an empty fit, a
-batch larger than the training set, feature files that are not float32, a short usage line.
+"""Checks of a user's input that end in one line (issue 29): option typos, an empty fit,
+bf16 on a CPU without bf16 units, a short usage line.
 
-Pure functions; the parser (:class:`ncl.parser.NclArgumentParser`), the DataModule and the
-feature loader (:mod:`ncl.data.precomp`) call them.
+Pure functions the parser (:class:`ncl.cli.parser.NclArgumentParser`) calls. The notes about
+the data itself live with the data: a batch larger than the training set
+(:func:`ncl.data.batch_policy.batch_size_note`) and feature files that are not float32
+(:func:`ncl.data.precomp.dtype_note`).
 """
 
 from __future__ import annotations
@@ -11,10 +13,7 @@ import ast
 import difflib
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from ncl.errors import ConfigError
 
@@ -206,49 +205,3 @@ def precision_note(precision: str | None, device_type: str, native_bf16: bool) -
             f"(no AVX512-BF16/AMX): torch emulates bf16 matrix products there (an SGRAF "
             f"training step measured 8-14x slower than in float32, "
             f"docs/benchmarks/precision.md); results are correct, but use 32-true for speed")
-
-
-def batch_size_note(batch_size: int, n_pairs: int, path: Path | None, world_size: int = 1) -> str | None:
-    """The warning when one batch holds a process's whole training set, else ``None``.
-
-    Allowed (a tiny experiment may want it) but never what a user of the papers' settings
-    means: every epoch is one optimizer step over all pairs, with every pair a negative of
-    every other; the papers train with 128 pairs per batch.
-    """
-    per_process = -(-n_pairs // max(1, world_size))
-    if batch_size < per_process:
-        return None
-    where = f" in {path}" if path is not None else ""
-    share = "" if world_size <= 1 else f" ({per_process} per process of {world_size})"
-    return (f"data.batch_size={batch_size} is not smaller than the training set ({n_pairs} "
-            f"pairs{where}{share}): each epoch is one batch of all of them, one optimizer step "
-            f"per epoch; the papers use 128")
-
-
-# ---------------------------------------------------------------- feature dtype
-def _size(n_bytes: float) -> str:
-    """``"1.2 GB"``, ``"340.0 MB"``, ``"12.0 kB"`` (decimal units, as disks are sold)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n_bytes >= scale:
-            return f"{n_bytes / scale:.1f} {unit}"
-    return f"{int(n_bytes)} bytes"
-
-
-def dtype_note(path: Path, feats: np.ndarray) -> str | None:
-    """The warning for a feature file that is not float32 (``None`` for float32).
-
-    Batches are converted to float32 either way; float64 only costs memory (the memory-mapped
-    file fills the page cache: twice float32's), float16 has already lost precision.
-    """
-    dtype = np.dtype(feats.dtype)
-    if dtype == np.float32:
-        return None
-    if dtype == np.float64:
-        extra = int(np.prod(feats.shape, dtype=np.int64)) * 4  # float64 - float32 bytes
-        return (f"feature file {path} holds float64 features: batches are converted to "
-                f"float32, so float64 only doubles the memory the file takes versus float32 "
-                f"({_size(extra)} more for this file); save it as float32 "
-                f"(np.save(path, features.astype(np.float32)))")
-    return (f"feature file {path} holds {dtype} features: batches are converted to float32, "
-            f"but the values keep {dtype}'s precision, so results can differ from the papers' "
-            f"float32 features")

@@ -24,27 +24,20 @@ from pathlib import Path
 
 import numpy as np
 
-from ncl.data.noise_check import check_noise_files
+from ncl.data.facts import SPLIT_COUNTS  # official counts: a different one is a warning
 from ncl.data.precomp import (
     SCAN_CHUNK_BYTES,
     SPLITS,
+    dtype_note,
     encode_all,
     features_path,
     nonfinite_rows,
     read_captions,
 )
 from ncl.data.vocab import END, START, UNK, Vocabulary, load_vocabulary
+from ncl.datatools.noise_check import check_noise_files
 from ncl.errors import DataError
-from ncl.input_checks import dtype_note
 
-# Official row counts per split: (images, captions). A different count is a warning only.
-KNOWN_COUNTS: dict[str, dict[str, tuple[int, int]]] = {
-    "f30k_precomp": {"train": (29_000, 145_000), "dev": (1_014, 5_070), "test": (1_000, 5_000)},
-    "coco_precomp": {"train": (113_287, 566_435), "dev": (5_000, 25_000),
-                     "testall": (5_000, 25_000)},
-    "cc152k_precomp": {"train": (150_000, 150_000), "dev": (1_000, 1_000),
-                       "test": (1_000, 1_000)},
-}
 # BUTD bottom-up features of the official datasets: 36 regions of 2048 dimensions.
 OFFICIAL_FEATURE_SHAPE = (36, 2048)
 # Splits of a dataset ncl does not know (the synthetic ones): what synthetic.generate writes.
@@ -130,7 +123,7 @@ class LayoutReport:
 def expected_splits(dataset: str, data_dir: Path) -> list[str]:
     """The splits the dataset must have, then any other known split present on disk (an
     F30K ``testall`` made by a user is checked too, but its absence is no problem)."""
-    required = list(KNOWN_COUNTS.get(dataset, {s: None for s in DEFAULT_SPLITS}))
+    required = list(SPLIT_COUNTS.get(dataset, {s: None for s in DEFAULT_SPLITS}))
     extra = [s for s in SPLITS if s not in required and features_path(data_dir, s).is_file()]
     return required + extra
 
@@ -247,7 +240,7 @@ def _check_counts(dataset: str, row: SplitRow, feat_path: Path, cap_path: Path,
     if n_cap == 0 or n_cap % n_img:
         report.problems.append(f"{cap_path}: {n_cap} captions is not a whole multiple of the "
                                f"{n_img} images in {feat_path}")
-    known = KNOWN_COUNTS.get(dataset, {}).get(row.split)
+    known = SPLIT_COUNTS.get(dataset, {}).get(row.split)
     if known is None:
         return
     if n_img != known[0]:
@@ -282,7 +275,7 @@ def check_split(data_dir: Path, dataset: str, split: str, vocab: Vocabulary | No
     """Check one split's features, captions, counts and vocabulary coverage into ``report``."""
     row = SplitRow(split)
     feat_path = features_path(data_dir, split)
-    feats = _check_features(feat_path, row, report, dataset in KNOWN_COUNTS, full_scan, sample, on_rows)
+    feats = _check_features(feat_path, row, report, dataset in SPLIT_COUNTS, full_scan, sample, on_rows)
     read = _check_captions(data_dir, split, row, report)
     if read is None:
         return row
@@ -324,7 +317,7 @@ def check_layout(data_root: Path, dataset: str, full_scan: bool = False, sample:
         sample: images per split checked for NaN/Inf otherwise, spread evenly over the file.
         on_rows: called with the number of images of each block read (a progress bar).
         configs: configs whose noise files must be present and valid
-            (:func:`ncl.data.noise_check.check_noise_files`, which also checks every file of
+            (:func:`ncl.datatools.noise_check.check_noise_files`, which also checks every file of
             the dataset folder named as a published noise file).
 
     Returns:

@@ -7,7 +7,7 @@
   It can save run files, add config entries and upload the best checkpoint as an artifact;
   :class:`ncl.callbacks.tracking.WandbRunContent` (added by ``ncl``) says what and when.
 
-:mod:`ncl.runs` says where run folders live and how ``--ckpt_path last`` finds them.
+:mod:`ncl.runs.folders` says where run folders live and how ``--ckpt_path last`` finds them.
 """
 
 from __future__ import annotations

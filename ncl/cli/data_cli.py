@@ -4,9 +4,9 @@
 ``ncl data noise identify FILE``             which published pairing a file gives, or "new"
 ``ncl data noise convert FILE OUT --to F``   the same pairing in the other file format
 ``ncl data check --data_root DIR --dataset NAME [--full] [--config FILE ...]``
-                                             is a dataset folder usable (ncl.data.layout_check)
+                                             is a dataset folder usable (ncl.datatools.layout_check)
 ``ncl data get URL [URL ...] --out DIR [--sha256 HEX] [--size BYTES] [--unpack]``
-                                             a resumable, checked download (ncl.data.download)
+                                             a resumable, checked download (ncl.datatools.download)
 
 :func:`ncl.cli.main` hands the words after ``data`` here before LightningCLI sees them: these
 commands read files and print, they build no trainer, model or run folder. Like the rest of
@@ -28,13 +28,14 @@ from typing import NoReturn
 import numpy as np
 
 from ncl.data import noise_registry as registry
+from ncl.data.facts import TRAIN_COUNTS
 from ncl.errors import NclUserError
 
 #: Exit status of a user error, as everywhere in ``ncl`` (argparse's own convention).
 USAGE_ERROR = 2
 #: The module ``ncl data check`` runs; imported only when the command is used, so that the
 #: noise commands work (and ``--help`` lists ``check``) whatever state that module is in.
-LAYOUT_CHECK_MODULE = "ncl.data.layout_check"
+LAYOUT_CHECK_MODULE = "ncl.datatools.layout_check"
 
 
 class _UsageError(Exception):
@@ -64,7 +65,7 @@ def _split_options(parser: argparse.ArgumentParser) -> None:
     A noise file's pairing is only defined against a split (its digest depends on the
     captions per image); without either, the split is the known one of the file's length.
     """
-    parser.add_argument("--dataset", choices=sorted(registry.TRAIN_COUNTS),
+    parser.add_argument("--dataset", choices=sorted(TRAIN_COUNTS),
                         help="the training split the file is for (default: the known split "
                              "whose image or caption count is the file's length)")
     parser.add_argument("--n_images", type=int, metavar="N",
@@ -206,7 +207,7 @@ def _split_counts(args: argparse.Namespace) -> tuple[int, int]:
     if args.n_images is not None:
         return args.n_images, args.n_captions
     if args.dataset is not None:
-        return registry.TRAIN_COUNTS[args.dataset]
+        return TRAIN_COUNTS[args.dataset]
     known = registry.counts_for_length(length)
     if known is None:
         raise NclUserError(
@@ -321,7 +322,7 @@ def _run_check(args: argparse.Namespace) -> int:
 # -------------------------------------------------------------------------- data get
 def _run_get(args: argparse.Namespace) -> int:
     """``ncl data get``: download, check, optionally unpack; print what is now in DIR."""
-    from ncl.data import download as dl  # imported here: the other commands never need it
+    from ncl.datatools import download as dl  # imported here: the other commands never need it
 
     name = dl.file_name(args.urls[0])
     path = dl.download(args.urls, args.out, sha256=args.sha256, size=args.size,

@@ -1,10 +1,11 @@
-"""The ``ncl`` command (console script): runs the application of :mod:`ncl.app`.
+"""The ``ncl`` command (console script ``ncl = "ncl.cli:main"``, or ``python -m ncl.cli``):
+runs the application of :mod:`ncl.cli.app`.
 
 ``ncl fit | validate | test | predict --config FILE [--config FILE ...] [--key value ...]``;
 ``ncl predict ... --out FILE`` ranks a split's pairs by how likely they are mismatched
-(:mod:`ncl.predict`).
+(:mod:`ncl.evaluation.ranking`).
 ``ncl data noise list|identify|convert``, ``ncl data check`` and ``ncl data get`` inspect
-data and noise files and download archives (:mod:`ncl.data_cli`); they are handled before
+data and noise files and download archives (:mod:`ncl.cli.data_cli`); they are handled before
 LightningCLI.
 Methods (``model``) and DataModules (``data``) are chosen by ``class_path`` in YAML; the
 resolved config is saved as ``config.yaml`` in every run directory. User errors end with one
@@ -19,11 +20,8 @@ from collections.abc import Sequence
 
 import lightning as L
 
-from ncl.app import NclCLI, added_callbacks  # noqa: F401 - re-exported: names users and tests import
-from ncl.console import configure_console
-from ncl.errors import NclUserError
-from ncl.methods.base import RetrievalMethod
-from ncl.parser import (  # noqa: F401 - re-exported as well
+from ncl.cli.app import NclCLI, added_callbacks  # noqa: F401 - re-exported: names users and tests import
+from ncl.cli.parser import (  # noqa: F401 - re-exported as well
     _OUTPUT_ROOTS,
     UNAVAILABLE,
     NclArgumentParser,
@@ -32,6 +30,9 @@ from ncl.parser import (  # noqa: F401 - re-exported as well
     catalogue,
     check_output_folders,
 )
+from ncl.console import configure_console
+from ncl.errors import NclUserError
+from ncl.methods.base import RetrievalMethod
 
 
 def _root_cause(err: BaseException) -> BaseException:
@@ -45,8 +46,8 @@ def _root_cause(err: BaseException) -> BaseException:
 
 
 def _run_data(argv: list[str]) -> None:
-    """``ncl data ...`` (:mod:`ncl.data_cli`); exits with its status when it is not 0."""
-    from ncl.data_cli import main as data_main  # imported here: fit/test never need it
+    """``ncl data ...`` (:mod:`ncl.cli.data_cli`); exits with its status when it is not 0."""
+    from ncl.cli.data_cli import main as data_main  # imported here: fit/test never need it
 
     status = data_main(argv)
     if status:
@@ -84,6 +85,3 @@ def main(args: Sequence[str] | None = None) -> None:
             raise SystemExit(2) from None
         raise
 
-
-if __name__ == "__main__":
-    main()

@@ -1,12 +1,12 @@
 """The ``ncl`` application: a LightningCLI in subclass mode (its parser and the checks after
-parsing: :mod:`ncl.parser`; checkpoint options: :mod:`ncl.checkpoint_options`).
+parsing: :mod:`ncl.cli.parser`; checkpoint options: :mod:`ncl.cli.checkpoint_options`).
 
 :mod:`ncl.cli` is the console entry point that runs it.
 
 ``ncl fit | validate | test | predict --config FILE [--config FILE ...] [--key value ...]``;
 ``ncl predict ... --out FILE`` ranks a split's pairs by how likely they are mismatched: its own
 options are those of :class:`~ncl.callbacks.prediction_writer.RankedPairsWriter`, added to the
-``predict`` parser (:mod:`ncl.predict`).
+``predict`` parser (:mod:`ncl.evaluation.ranking`).
 Methods (``model``) and DataModules (``data``) are chosen by ``class_path`` in YAML; the
 resolved config is saved as ``config.yaml`` in every run directory. The vocabulary size is
 read from the DataModule's vocabulary file and passed to the method, so a config never has
@@ -39,28 +39,19 @@ from ncl.callbacks.figures import Figures
 from ncl.callbacks.prediction_writer import RankedPairsWriter, check_scorer
 from ncl.callbacks.progress_bars import LineProgressBar, NclRichProgressBar
 from ncl.callbacks.tracking import WandbRunContent
-from ncl.checkpoint_io import AtomicCheckpointIO, check_backbone, check_weights_fit
-from ncl.checkpoint_options import (
+from ncl.cli.checkpoint_options import (
     _extra_kwargs,
     _flat,
     check_trained_weights,
     drop_removed_options,
     warn_replaced_model_options,
 )
+from ncl.cli.input_checks import precision_note
+from ncl.cli.parser import NclArgumentParser, _as_list, _get, prediction_writer  # noqa: F401
 from ncl.compose import TRAINER_DEFAULTS, expand_configs
 from ncl.errors import NclWarning
-from ncl.input_checks import precision_note
-from ncl.loggers import NclWandbLogger, run_labels
-from ncl.parser import NclArgumentParser, _as_list, _get, prediction_writer  # noqa: F401
-from ncl.run_record import (
-    Resume,
-    RunConfigSaver,
-    check_resume,
-    flatten,
-    leftover_start,
-    remove_start_record,
-)
-from ncl.runs import (
+from ncl.runs.checkpoints import AtomicCheckpointIO, check_backbone, check_weights_fit
+from ncl.runs.folders import (
     CHECKPOINTS,
     WANDB_LOGGERS,
     default_logger,
@@ -71,6 +62,15 @@ from ncl.runs import (
     run_dir_of,
     runs_root,
     set_logger,
+)
+from ncl.runs.loggers import NclWandbLogger, run_labels
+from ncl.runs.record import (
+    Resume,
+    RunConfigSaver,
+    check_resume,
+    flatten,
+    leftover_start,
+    remove_start_record,
 )
 
 
@@ -87,7 +87,7 @@ class NclCLI(LightningCLI):
                 parser_kwargs[sub] = {**defaults, **parser_kwargs.get(sub, {})}
         else:
             parser_kwargs = {**defaults, **parser_kwargs}
-        # config.yaml when a run starts, a resumes.jsonl line when it is resumed (ncl.run_record)
+        # config.yaml when a run starts, a resumes.jsonl line when it is resumed (ncl.runs.record)
         kwargs.setdefault("save_config_callback", RunConfigSaver)
         super().__init__(*args, parser_kwargs=parser_kwargs, **kwargs)
 
@@ -122,12 +122,12 @@ class NclCLI(LightningCLI):
                                  "noise.<sha>.json beside noise.json)")
 
     def _parse_ckpt_path(self) -> None:
-        """Resolve ``--ckpt_path`` (``last``, ``best``, a file; :mod:`ncl.runs`) and check
+        """Resolve ``--ckpt_path`` (``last``, ``best``, a file; :mod:`ncl.runs.folders`) and check
         that it can be read, before Lightning reads the hyperparameters stored in it.
 
         A resume is checked against its run's record before anything is built or written
-        (:func:`ncl.run_record.check_resume`), an evaluated checkpoint against the config's
-        backbone (:func:`ncl.checkpoint_io.check_backbone`)."""
+        (:func:`ncl.runs.record.check_resume`), an evaluated checkpoint against the config's
+        backbone (:func:`ncl.runs.checkpoints.check_backbone`)."""
         self._resume: tuple[Path, int] | None = None
         self._resume_record: Resume | None = None
         self._leftover: Path | None = None
@@ -190,7 +190,7 @@ class NclCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         """Build ``ncl predict``'s writer, make the default logger explicit and, when
-        resuming, point the loggers back at the checkpoint's run folder (:mod:`ncl.runs`)."""
+        resuming, point the loggers back at the checkpoint's run folder (:mod:`ncl.runs.folders`)."""
         self._run_dir: Path | None = None
         self._writer: RankedPairsWriter | None = None
         if self.subcommand == "predict":
@@ -257,7 +257,7 @@ class NclCLI(LightningCLI):
 
 
 def warn_slow_precision(trainer: L.Trainer) -> None:
-    """Rank 0: :func:`ncl.input_checks.precision_note` for the trainer's precision and device."""
+    """Rank 0: :func:`ncl.cli.input_checks.precision_note` for the trainer's precision and device."""
     native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     note = precision_note(getattr(trainer.precision_plugin, "precision", None),
                           trainer.strategy.root_device.type, native)
@@ -270,7 +270,7 @@ def added_callbacks(trainer_config: dict[str, Any], callbacks: Sequence[Callback
     """Callbacks ``ncl`` adds to a trainer that the config does not already have.
 
     * :class:`~ncl.callbacks.tracking.WandbRunContent` when a logger is an enabled
-      :class:`~ncl.loggers.NclWandbLogger` (run files, provenance, test table in W&B);
+      :class:`~ncl.runs.loggers.NclWandbLogger` (run files, provenance, test table in W&B);
     * a progress bar, when it is enabled (``enable_progress_bar`` not false: Lightning refuses
       a progress-bar callback otherwise) and none is configured: on a terminal
       :class:`~ncl.callbacks.progress_bars.NclRichProgressBar` (Lightning's Rich bar without
@@ -313,7 +313,7 @@ def added_callbacks(trainer_config: dict[str, Any], callbacks: Sequence[Callback
 
 def label_wandb_run(cfg: Any) -> None:
     """Fill an NclWandbLogger's ``display_name`` and ``tags`` from the config where the
-    user left them unset (:func:`ncl.loggers.run_labels`)."""
+    user left them unset (:func:`ncl.runs.loggers.run_labels`)."""
     for logger in _as_list(_get(cfg.trainer, "logger")):
         if _get(logger, "class_path") not in WANDB_LOGGERS or _get(logger, "init_args") is None:
             continue

@@ -19,7 +19,7 @@ compared with the run's options before anything is built or written:
 A checkpoint outside a run folder (no ``config.yaml`` beside ``checkpoints/``) is compared
 with the options it stores itself (the method's and the DataModule's hyperparameters; the
 backbone is not among them, so its shapes are checked against the weights instead:
-:func:`ncl.checkpoint_io.check_weights_fit`).
+:func:`ncl.runs.checkpoints.check_weights_fit`).
 
 Failed starts leave no run folder: a start that fails (an error before its first
 checkpoint) removes the folder it created when that holds a start record only
@@ -41,12 +41,11 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import numpy as np
 import yaml
 from lightning.pytorch.cli import SaveConfigCallback
 
+from ncl.data.noise_record import noise_record
 from ncl.errors import ConfigError
-from ncl.io import atomic_save_npy, atomic_write_text
 
 CONFIG = "config.yaml"
 RESUMES = "resumes.jsonl"
@@ -182,34 +181,6 @@ def record_resume(run_dir: Path, ckpt_path: Path, ckpt: dict[str, Any],
         handle.write(json.dumps(entry, default=str) + "\n")
 
 
-def noise_record(out: Path, sha256: str) -> str:
-    """The file of ``out`` that describes the noise of SHA-256 ``sha256``: ``noise.json`` when it
-    is the run's recorded noise (or none is recorded yet), else ``noise.<sha[:12]>.json``."""
-    info = out / "noise.json"
-    if not info.is_file():
-        return info.name
-    try:
-        recorded = json.loads(info.read_text()).get("sha256")
-    except (OSError, ValueError):
-        recorded = None
-    return info.name if recorded == sha256 else f"noise.{sha256[:12]}.json"
-
-
-def save_noise_record(out: Path, array: np.ndarray, summary: dict[str, Any]) -> Path:
-    """Write the noise indices and their summary into a run folder, never over another
-    noise record: the first noise of a folder is ``noise_index.npy``/``noise.json``; the same
-    noise again writes nothing; other noise (a resume with ``--override_run``) goes beside
-    them as ``noise.<sha[:12]>.json``/``noise_index.<sha[:12]>.npy``. Returns the summary file."""
-    name = noise_record(out, str(summary.get("sha256")))
-    info = out / name
-    if name == "noise.json" and info.is_file():
-        return info  # the recorded noise: the files stay as written
-    index = out / ("noise_index.npy" if name == "noise.json" else f"noise_index.{name[6:-5]}.npy")
-    atomic_save_npy(index, array)
-    atomic_write_text(info, json.dumps(summary, indent=2))
-    return info
-
-
 def is_start_record_only(folder: Path) -> bool:
     """Whether a run folder holds nothing but a start record (no checkpoint, no metrics,
     no W&B files): what a start that failed or was killed before its first step leaves."""
@@ -256,7 +227,7 @@ class Resume:
 
 class RunConfigSaver(SaveConfigCallback):
     """LightningCLI's config saver, append-only: a new run writes ``config.yaml``; a resume
-    into its run's folder (``resume`` set by :class:`ncl.app.NclCLI`) appends its line to
+    into its run's folder (``resume`` set by :class:`ncl.cli.app.NclCLI`) appends its line to
     ``resumes.jsonl`` instead and leaves ``config.yaml`` as the run started."""
 
     resume: Resume | None = None

@@ -3,7 +3,7 @@
 ``ncl predict --config configs/eval_sgraf_f30k.yaml [--config FILE ...] [--key value ...]
 --out suspicious.csv [--split train|dev|test] [--batch_size N] [--margin M]``
 
-LightningCLI's ``predict`` subcommand (:class:`ncl.app.NclCLI`). The model section must be
+LightningCLI's ``predict`` subcommand (:class:`ncl.cli.app.NclCLI`). The model section must be
 :class:`ncl.methods.pretrained.Pretrained` (the ``eval_*`` configs): its ``model.checkpoints``
 (ncl ``.ckpt`` of any method, official ``.pth.tar``) give the networks. The data section is the
 DataModule the checkpoints were trained on; on the training split its noise is injected exactly
@@ -47,39 +47,33 @@ holds the rest, one more pair when one would be left alone), and the other pairs
 are the "classes" of the Dirichlet.
 
 Who does what: the DataModule's ``predict_dataloader`` serves the split in the batches of
-:class:`ScoringBatchSampler`; ``Pretrained.predict_step`` gives each batch's averaged score
-matrix (and its averaged evidence under ``--ranking uncertainty``);
+:class:`~ncl.data.predict_split.ScoringBatchSampler`; ``Pretrained.predict_step`` gives each
+batch's averaged score matrix (and its averaged evidence under ``--ranking uncertainty``);
 :class:`ncl.callbacks.prediction_writer.RankedPairsWriter` (whose options are ``--out``,
 ``--split``, ``--batch_size``, ``--margin``, ``--ranking``) turns the matrices into per-pair
 values, fits the GMM once every batch is in (``gmm``), and writes the table with the pure
 functions of this module. One device only: the ranking needs the whole split in one process.
+
+This module holds the pure parts (no files, no printing, no Lightning): per-pair values,
+orders, detection summaries and the table's columns. The split's batches live with the
+data (:mod:`ncl.data.predict_split`); the options, the files and the lines printed about
+them in :mod:`ncl.evaluation.ranked_output`.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import BatchSampler, Sampler
 
 from ncl.division import gmm_clean_probability
-from ncl.errors import ConfigError
-from ncl.io import atomic_write, atomic_write_text
 from ncl.losses import triplet_loss
 from ncl.losses.decl import correspondence_statistics
 from ncl.metrics.noise_detection import detection_metrics
-from ncl.training.passes import deal_batches
-from ncl.training.plans import DIVISION_STREAM, rng_for
 
-SPLITS = ("train", "dev", "test")
 RANKINGS = ("gmm", "uncertainty")
 COLUMNS = ("caption_index", "image_index", "caption", "clean_probability", "similarity", "loss")
 UNCERTAINTY_COLUMNS = ("caption_index", "image_index", "caption", "uncertainty", "predicted_clean",
@@ -87,92 +81,6 @@ UNCERTAINTY_COLUMNS = ("caption_index", "image_index", "caption", "uncertainty",
 NOISY_BELOW = 0.5  # clean probability under this = predicted noisy (the methods' threshold)
 TOP_K = 100
 DEFAULT_MARGIN = 0.2  # NCR's margin of the mean hinge its co-divide fits the GMM on
-SCORING_SEED = 0  # seed of the scoring pass's shuffle (the co-divide's stream, epoch 0)
-
-
-# ------------------------------------------------------------------ options
-def check_out(out: Path) -> None:
-    """Raise ConfigError when ``--out`` names no table ncl can write (the folder's
-    writability is checked by the application, :func:`ncl.parser.check_prediction_options`)."""
-    if out.suffix not in (".csv", ".parquet"):
-        raise ConfigError(f"--out {out}: the name must end with .csv or .parquet")
-    if out.suffix == ".parquet":
-        try:
-            import pyarrow.parquet  # noqa: F401
-        except ImportError:
-            raise ConfigError(f"--out {out}: Parquet needs pyarrow, which is not installed; "
-                              "use a .csv name") from None
-    if out.is_dir():
-        raise ConfigError(f"--out {out} is a folder; give a file name")
-
-
-def check_options(out: str | Path | None, split: str, batch_size: int | None,
-                  ranking: str = "gmm") -> Path:
-    """The options of ``ncl predict``, checked before anything is loaded.
-
-    Returns:
-        ``out`` as a Path.
-
-    Raises:
-        ConfigError: no ``--out``, an unknown split or ranking, a batch of fewer than 2 pairs
-            (the mean hinge needs an in-batch negative), or an output name :func:`check_out`
-            refuses.
-    """
-    if out is None:
-        raise ConfigError("ncl predict needs --out FILE (.csv or .parquet)")
-    if split not in SPLITS:
-        raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
-    if ranking not in RANKINGS:
-        raise ConfigError(f"--ranking must be one of {', '.join(RANKINGS)}, got {ranking!r}")
-    if batch_size is not None and batch_size < 2:
-        raise ConfigError(f"--batch_size must be at least 2, got {batch_size}")
-    check_out(Path(out))
-    return Path(out)
-
-
-# ------------------------------------------------------------------ the batches
-def scoring_batches(indices: np.ndarray, batch_size: int, seed: int = SCORING_SEED) -> list[np.ndarray]:
-    """The scoring pass's batches over ``indices`` ``(N,)``: shuffled as the co-divide's pass
-    of epoch 0 (:func:`ncl.training.plans.rng_for`, ``DIVISION_STREAM``), cut into
-    ``batch_size`` batches, a last batch of one joining the one before
-    (:func:`ncl.training.passes.deal_batches`). The mean hinge depends on the in-batch
-    negatives, so these batches are part of what a pair's loss means."""
-    order = np.asarray(indices, dtype=np.int64)
-    order = order[rng_for(seed, 0, DIVISION_STREAM, 0).permutation(len(order))]
-    return deal_batches(order, batch_size)
-
-
-class ScoringBatchSampler(BatchSampler):
-    """:func:`scoring_batches` over the indices of ``sampler``, as a batch sampler.
-
-    Lightning re-creates a prediction loader's batch sampler (to record the indices it
-    yields) with the ``sampler`` and ``drop_last`` replaced by the loader's sequential sampler
-    and ``False``; the shuffle is therefore drawn here from ``seed``, not by the sampler, and
-    no pair is ever dropped (``drop_last`` must be false).
-
-    Args:
-        sampler: the dataset's indices, in order (a ``SequentialSampler``).
-        batch_size: pairs per batch (the last batch may hold one more).
-        drop_last: accepted for Lightning; must be false.
-        seed: seed of the shuffle.
-    """
-
-    def __init__(self, sampler: Sampler[int] | Iterable[int], batch_size: int,
-                 drop_last: bool = False, seed: int = SCORING_SEED) -> None:
-        if drop_last:
-            raise ValueError("the scoring pass scores every pair: drop_last must be false")
-        super().__init__(sampler, batch_size, drop_last)
-        self.seed = seed
-
-    def __iter__(self) -> Iterator[list[int]]:
-        indices = np.fromiter(iter(self.sampler), dtype=np.int64)
-        for batch in scoring_batches(indices, self.batch_size, self.seed):
-            yield batch.tolist()
-
-    def __len__(self) -> int:
-        n = len(self.sampler)
-        count = -(-n // self.batch_size)
-        return count - 1 if count > 1 and n % self.batch_size == 1 else count  # merged tail
 
 
 # ------------------------------------------------------------------ per-pair values
@@ -375,72 +283,3 @@ def ranked_table(scores: PairScores, prob: np.ndarray, captions: Sequence[str]) 
     return {"caption_index": order.tolist(), "image_index": scores.image[order].tolist(),
             "caption": [captions[i] for i in order], "clean_probability": prob[order].tolist(),
             "similarity": scores.similarity[order].tolist(), "loss": scores.loss[order].tolist()}
-
-
-def write_table(table: dict[str, list], out: Path) -> None:
-    """CSV, or Parquet for a ``.parquet`` name, the columns in the order of ``table``'s keys;
-    written to a temporary name and renamed."""
-    if out.suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        atomic_write(out, lambda h: pq.write_table(pa.table(table), h))
-        return
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(list(table))
-    writer.writerows(zip(*table.values()))
-    atomic_write_text(out, text.getvalue())
-
-
-def metrics_path(out: Path) -> Path:
-    """``suspicious.csv`` -> ``suspicious.metrics.json`` (beside the table)."""
-    return out.with_name(f"{out.stem}.metrics.json")
-
-
-def write_outputs(table: dict[str, list], summary: dict[str, object] | None, out: Path) -> None:
-    """The table, then its metrics JSON (when there is a ground truth). A metrics file left
-    beside ``out`` by an earlier run is removed: it would describe another ranking."""
-    metrics_path(out).unlink(missing_ok=True)  # first: a failed write must not leave it
-    write_table(table, out)
-    if summary is not None:
-        atomic_write_text(metrics_path(out), json.dumps(summary, indent=2) + "\n")
-
-
-def report(prob: np.ndarray, summary: dict[str, object] | None, split: str, out: Path) -> None:
-    """What was written, and the detection metrics when there is a ground truth."""
-    n_susp = int((prob < NOISY_BELOW).sum())
-    print(f"ncl predict: {len(prob)} pairs of the {split} split ranked, {n_susp} with clean "
-          f"probability < {NOISY_BELOW}: {out}")
-    if summary is None:
-        print("ncl predict: no ground-truth clean mask (real noise or an evaluation split); "
-              "no detection metrics")
-    else:
-        tops = ", ".join(f"{k} {v:.4f}" for k, v in summary["top_k_precision"].items())
-        print(f"ncl predict: noisy = clean probability < {NOISY_BELOW}: precision "
-              f"{summary['precision']:.4f}, recall {summary['recall']:.4f}, F1 {summary['f1']:.4f} "
-              f"({summary['n_noisy']} truly noisy); top-k precision: {tops}; {metrics_path(out)}")
-    sys.stdout.flush()
-
-
-def report_uncertainty(scores: PairScores, summary: dict[str, object] | None, split: str,
-                       batch_sizes: Sequence[int], out: Path) -> None:
-    """What ``--ranking uncertainty`` wrote, and its detection metrics when there is a ground
-    truth; ``batch_sizes`` are the sizes ``K`` of the scoring batches seen."""
-    if scores.predicted_clean is None:
-        raise ValueError("report_uncertainty needs scores.predicted_clean")
-    n_noisy = int((~scores.predicted_clean).sum())
-    sizes = sorted({int(b) for b in batch_sizes})
-    k = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}..{sizes[-1]}"
-    print(f"ncl predict: {len(scores.image)} pairs of the {split} split ranked by DECL uncertainty "
-          f"(K = batch size {k}), {n_noisy} predicted noisy (own caption not the batch's top "
-          f"evidence): {out}")
-    if summary is None:
-        print("ncl predict: no ground-truth clean mask (real noise or an evaluation split); "
-              "no detection metrics")
-    else:
-        tops = ", ".join(f"{key} {v:.4f}" for key, v in summary["top_k_precision"].items())
-        print(f"ncl predict: noisy = not the argmax (DECL): precision {summary['precision']:.4f}, "
-              f"recall {summary['recall']:.4f}, F1 {summary['f1']:.4f} ({summary['n_noisy']} truly "
-              f"noisy); top-k precision of the uncertainty order: {tops}; {metrics_path(out)}")
-    sys.stdout.flush()

@@ -2,7 +2,7 @@
 instantiated: short errors (one usage line or one ``ncl: error:`` line), output folders that
 can be written, ``ncl predict``'s options, and the catalogue of methods in ``--help``.
 
-:class:`ncl.app.NclCLI` uses the parser; :mod:`ncl.cli` re-exports the names tests import.
+:class:`ncl.cli.app.NclCLI` uses the parser; :mod:`ncl.cli` re-exports the names tests import.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser
 
 from ncl.callbacks.prediction_writer import RankedPairsWriter
+from ncl.cli.input_checks import check_trains_something, short_usage, unknown_option_line
 from ncl.errors import ConfigError
-from ncl.input_checks import check_trains_something, short_usage, unknown_option_line
 from ncl.methods.base import RetrievalMethod
 
 
@@ -58,7 +58,7 @@ class NclArgumentParser(LightningArgumentParser):
     def format_help(self) -> str:
         """argparse's help, with the epilog (ncl's catalogue of methods) kept as written
         instead of re-wrapped into one paragraph, and a one-line usage (argparse's synopsis
-        lists every option that the help lists again: :func:`~ncl.input_checks.short_usage`)."""
+        lists every option that the help lists again: :func:`~ncl.cli.input_checks.short_usage`)."""
         epilog, self.epilog = self.epilog, None
         usage = self.usage
         if usage is None and getattr(self, "_subcommands_action", None) is None:  # root's is short
@@ -208,36 +208,51 @@ def _output_error(err: BaseException) -> OSError | None:
     return None
 
 
-def catalogue() -> str:
-    """The methods (``--model``) and DataModules (``--data``) ncl ships, for ``--help``.
-
-    Importing every module of :mod:`ncl.methods` also makes jsonargparse list them as known
-    subclasses and accept their short names (``--model RCL``).
-    """
-    import ncl.data.datamodule as datamodules
-    import ncl.methods as methods
-
-    for info in pkgutil.iter_modules(methods.__path__, prefix="ncl.methods."):
+def _import_all(package: Any) -> None:
+    """Import every module of ``package``, so that the classes they define are known (to
+    :func:`catalogue`, and to jsonargparse as subclasses it accepts by their short names)."""
+    for info in pkgutil.iter_modules(package.__path__, prefix=f"{package.__name__}."):
         importlib.import_module(info.name)
 
-    def entries(classes: Any) -> list[str]:
+
+def _subclasses(base: type) -> set[type]:
+    """Every subclass of ``base``, at any depth."""
+    found: set[type] = set()
+    for sub in base.__subclasses__():
+        found |= {sub} | _subclasses(sub)
+    return found
+
+
+def _shipped(base: type, package: str) -> list[type]:
+    """The public subclasses of ``base`` that ``package`` defines, by module then name."""
+    return sorted((c for c in _subclasses(base)
+                   if c.__module__.startswith(f"{package}.") and not c.__name__.startswith("_")),
+                  key=lambda c: (c.__module__, c.__name__))
+
+
+def catalogue() -> str:
+    """The methods (``--model``) and DataModules (``--data``) ncl ships, for ``--help``: every
+    public subclass of :class:`~ncl.methods.base.RetrievalMethod` in :mod:`ncl.methods` and of
+    ``LightningDataModule`` in :mod:`ncl.data` (the video ones of :mod:`ncl.data.video` too).
+
+    Importing every module of both packages also makes jsonargparse list them as known
+    subclasses and accept their short names (``--model RCL``).
+    """
+    import ncl.data as data
+    import ncl.methods as methods
+
+    _import_all(methods)
+    _import_all(data)
+
+    def entries(classes: list[type]) -> list[str]:
         lines = []
-        for cls in sorted(classes, key=lambda c: (c.__module__, c.__name__)):
+        for cls in classes:
             doc = (inspect.getdoc(cls) or "").strip().splitlines()
             lines.append(f"  {cls.__module__}.{cls.__name__}" + (f"\n      {doc[0]}" if doc else ""))
         return lines
 
-    def subclasses(base: type) -> set[type]:
-        found: set[type] = set()
-        for sub in base.__subclasses__():
-            found |= {sub} | subclasses(sub)
-        return found
-
-    method_classes = [c for c in subclasses(RetrievalMethod)
-                      if c.__module__.startswith("ncl.methods.") and not c.__name__.startswith("_")]
-    data_classes = [c for c in vars(datamodules).values() if isinstance(c, type)
-                    and issubclass(c, L.LightningDataModule) and c.__module__ == datamodules.__name__]
     return "\n".join(["methods (--model: class_path, or the class name alone):",
-                      *entries(method_classes), "", "DataModules (--data):", *entries(data_classes),
+                      *entries(_shipped(RetrievalMethod, methods.__name__)), "",
+                      "DataModules (--data):", *entries(_shipped(L.LightningDataModule, data.__name__)),
                       "", "The configs in configs/ combine them; see README.md."])
 

@@ -1,4 +1,4 @@
-"""``python -m ncl.data.video_convert``: video features and captions into ncl's video layout.
+"""``python -m ncl.datatools.video_convert``: video features and captions into ncl's video layout.
 
 A sketch (docs/video.md, "Converter sketch").
 
@@ -31,7 +31,7 @@ The vocabulary follows the official rule: words seen at least 4 times in train +
 
 Example (MSR-VTT, official split, two experts)::
 
-    python -m ncl.data.video_convert --out data --name msrvtt \\
+    python -m ncl.datatools.video_convert --out data --name msrvtt \\
         --expert appearance=feats/resnet152.npz --expert motion=feats/resnext101.npz \\
         --captions MSRVTT/train_val_videodatainfo.json --captions-format msrvtt \\
         --split train=splits/train.txt --split dev=splits/val.txt --split test=splits/test.txt
@@ -57,7 +57,7 @@ SPLITS = ("train", "dev", "test")
 
 def fail(message: str) -> None:
     """Stop with one clear message (no traceback)."""
-    sys.exit(f"ncl.data.video_convert: error: {message}")
+    sys.exit(f"ncl.datatools.video_convert: error: {message}")
 
 
 def named_paths(values: list[str], option: str) -> dict[str, Path]:
@@ -151,7 +151,7 @@ def write_split(out_dir: Path, split: str, clips: list[str], experts: dict[str, 
 
 def main(argv: list[str] | None = None) -> None:
     """Convert one release (the command line: see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m ncl.data.video_convert", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m ncl.datatools.video_convert", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="data_root to write into")
     parser.add_argument("--name", required=True, help="data_name, e.g. msrvtt or msvd")
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
         written[split] = write_split(out_dir, split, clips, experts, captions, args.captions_per_clip)
     manifest = {"experts": [{"name": n, "dim": int(next(iter(f.values())).shape[0])}
                             for n, f in experts.items()],
-                "source": "ncl.data.video_convert", "pool": args.pool}
+                "source": "ncl.datatools.video_convert", "pool": args.pool}
     atomic_write_text(out_dir / "manifest.json", json.dumps(manifest, indent=2))
     vocab = build_vocabulary(tokenize(c) for s in ("train", "dev") for c in written.get(s, []))
     vocab.to_json(args.out / "vocab" / f"{args.name}_vocab.json")

@@ -8,8 +8,8 @@ Every run of one config lives under that config's *runs root*:
 logger in the config                        runs root / run folder
 =========================================  ==========================================
 none (Lightning's default)                  ``<default_root_dir>/lightning_logs/version_N``
-``ncl.loggers.NclCSVLogger`` / CSVLogger    ``<save_dir>/<name>/version_N``
-``ncl.loggers.NclWandbLogger``              ``<save_dir>/<project>/<name>/<time>-<pid>``
+``ncl.runs.loggers.NclCSVLogger`` / CSVLogger    ``<save_dir>/<name>/version_N``
+``ncl.runs.loggers.NclWandbLogger``              ``<save_dir>/<project>/<name>/<time>-<pid>``
 ``logger: false``                           ``<default_root_dir>`` itself
 =========================================  ==========================================
 
@@ -19,7 +19,7 @@ found, names its run folder (the parent of ``checkpoints/``); the loggers and ch
 callbacks are pointed back at that folder, so a resumed run appends to its metrics, keeps
 its best-checkpoint tracking and continues the same W&B run; nothing in the folder is written
 before the resume is validated, and its start record (``config.yaml``, noise files) never
-(:mod:`ncl.run_record`). ``--ckpt_path best`` of a run none
+(:mod:`ncl.runs.record`). ``--ckpt_path best`` of a run none
 of whose epochs could be selected (``val/rsum_selected`` -1 throughout: warm-up) is an error,
 not its last checkpoint. The functions here are pure path logic; :mod:`ncl.cli` applies them
 to the parsed config.
@@ -38,8 +38,8 @@ from ncl.evaluation.selection import SELECTED_KEY, UNSELECTED_RSUM
 
 CHECKPOINTS = "checkpoints"
 LAST = "last.ckpt"
-WANDB_LOGGERS = ("ncl.loggers.NclWandbLogger",)
-CSV_LOGGERS = ("ncl.loggers.NclCSVLogger", "lightning.pytorch.loggers.CSVLogger",
+WANDB_LOGGERS = ("ncl.runs.loggers.NclWandbLogger",)
+CSV_LOGGERS = ("ncl.runs.loggers.NclCSVLogger", "lightning.pytorch.loggers.CSVLogger",
                "lightning.pytorch.loggers.csv_logs.CSVLogger")
 
 
@@ -192,7 +192,7 @@ def resolve_checkpoint(ckpt_path: str | None, trainer_cfg: Any, subcommand: str,
 def point_logger_at(trainer_cfg: Any, run_dir: Path, resume_epoch: int) -> None:
     """Make the config's first logger write into ``run_dir`` (a resumed run's folder).
 
-    Lightning's default logger is made explicit as :class:`~ncl.loggers.NclCSVLogger` so
+    Lightning's default logger is made explicit as :class:`~ncl.runs.loggers.NclCSVLogger` so
     that the metrics file is appended to (Lightning's CSV logger deletes it).
     """
     logger = first_logger(trainer_cfg)
@@ -205,10 +205,10 @@ def point_logger_at(trainer_cfg: Any, run_dir: Path, resume_epoch: int) -> None:
     if args is None:
         args = Namespace()
         _set(logger, "init_args", args)
-    if path in CSV_LOGGERS and path != "ncl.loggers.NclCSVLogger":
-        _set(logger, "class_path", "ncl.loggers.NclCSVLogger")
-        path = "ncl.loggers.NclCSVLogger"
-    if path == "ncl.loggers.NclCSVLogger" or path in WANDB_LOGGERS:
+    if path in CSV_LOGGERS and path != "ncl.runs.loggers.NclCSVLogger":
+        _set(logger, "class_path", "ncl.runs.loggers.NclCSVLogger")
+        path = "ncl.runs.loggers.NclCSVLogger"
+    if path == "ncl.runs.loggers.NclCSVLogger" or path in WANDB_LOGGERS:
         _set(args, "run_dir", str(run_dir))
         _set(args, "resume_epoch", resume_epoch)
     else:
@@ -222,7 +222,7 @@ def default_logger(trainer_cfg: Any) -> Namespace:
     ``<default_root_dir>/lightning_logs/version_N`` whatever else is installed (Lightning
     picks TensorBoard when it is importable), appending on resume."""
     save_dir = str(_get(trainer_cfg, "default_root_dir") or ".")
-    return Namespace(class_path="ncl.loggers.NclCSVLogger",
+    return Namespace(class_path="ncl.runs.loggers.NclCSVLogger",
                      init_args=Namespace(save_dir=save_dir, name="lightning_logs"))
 
 

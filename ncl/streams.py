@@ -8,7 +8,7 @@ constant lives::
     KEY_STREAM = declare_stream(53, "l2rm.key_points")
 
 and a second declaration of a taken id fails at import. To pick a free id for a new method,
-run ``pytest tests/training/test_streams.py -rP``: it imports every ``ncl`` module and prints
+run ``pytest tests/test_streams.py -rP``: it imports every ``ncl`` module and prints
 the taken ids with their owners (:func:`taken`). Ids are grouped by tens per owner
 (1-4 co-training plans, 11-14 data, 21-22 CRCL, 31 ReCon, 41 DECL, 51-53 L2RM); a new method
 takes the next free ten. The values must never change: seeds, and with them every published
@@ -41,7 +41,7 @@ def declare_stream(stream: int, owner: str) -> int:
     holder = _OWNERS.setdefault(stream, owner)
     if holder != owner:
         raise StreamTaken(f"random stream {stream} of {owner!r} is taken by {holder!r}; "
-                          f"taken: {sorted(_OWNERS)} (ncl.training.streams)")
+                          f"taken: {sorted(_OWNERS)} (ncl.streams)")
     return stream
 
 

@@ -1,6 +1,6 @@
-"""Random-stream ids are declared once each (:mod:`ncl.training.streams`, issue 37).
+"""Random-stream ids are declared once each (:mod:`ncl.streams`, issue 37).
 
-To pick a free id for a new method: ``pytest tests/training/test_streams.py -rP`` prints the
+To pick a free id for a new method: ``pytest tests/test_streams.py -rP`` prints the
 taken ids and their owners.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import ncl
-from ncl.training.streams import StreamTaken, declare_stream, taken
+from ncl.streams import StreamTaken, declare_stream, taken
 
 PACKAGE = Path(ncl.__file__).resolve().parent
 
