@@ -402,6 +402,12 @@ class PrecompDataModule(L.LightningDataModule):
             raise RuntimeError("call setup('fit') first")
         return PairDataset(self.train_split, self.noise.cap2img)
 
+    def train_images(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(paired, written_for)`` image of every training caption (RetrievalData)."""
+        pairs = self.train_pairs()
+        written_for = np.arange(len(pairs), dtype=np.int64) // int(pairs.split.im_div)
+        return np.asarray(pairs.cap2img, dtype=np.int64), written_for
+
     def _augmented_pairs(self, seed: int) -> PairDataset:
         """The training pairs with ``self.augment``, keyed by ``(epoch, index)``."""
         pairs = self.train_pairs()

@@ -30,12 +30,16 @@ PerSampleFn = Callable[[nn.Module, dict[str, Tensor]], Tensor]
 
 @dataclass
 class Division:
-    """The co-divide made for one epoch (before its first batch).
+    """A division of the training set made for one epoch (before its first batch): the record
+    NCR/LNC's co-divide, L2RM's Beta-mixture division and ReCon's three-way division
+    (:class:`~ncl.division.three_way.ThreeWayDivision`, which adds its subsets) share. CPU
+    tensors, identical on every rank, checkpointed through :meth:`state`.
 
     Attributes:
         epoch: the (Lightning) epoch it was made for.
-        losses: ``(K, N)`` raw per-sample losses of each network (spec 4.2.4).
-        prob: ``(K, N)`` clean probability ``w`` from each network's losses (LNC Eq. 3).
+        losses: ``(K, N)`` raw per-sample values each network's mixture was fitted on (NCR's
+            mean hinge, spec 4.2.4; ReCon's ``l^CM``); ``K = 1`` for a one-network method.
+        prob: ``(K, N)`` clean probability from each network's mixture (LNC Eq. 3).
         clean: ``(K, N)`` bool predicted-clean masks (threshold + official fallback).
         keep: ``(N,)`` bool warm-up keep mask of Randomly Noise Abandon, or ``None``.
     """
@@ -49,6 +53,11 @@ class Division:
     def state(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "losses": self.losses, "prob": self.prob,
                 "clean": self.clean, "keep": self.keep}
+
+    @classmethod
+    def from_state(cls, saved: dict[str, Any] | None) -> Division | None:
+        """The record :meth:`state` wrote (``None`` stays ``None``)."""
+        return None if saved is None else cls(**saved)
 
 
 def mean_hinge(margin: float) -> PerSampleFn:

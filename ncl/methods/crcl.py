@@ -24,7 +24,6 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 
-from ncl.callbacks.diagnostics import Diagnostics
 from ncl.division.stats import CLEAN_AT, label_stats
 from ncl.callbacks.protocols import EpochDiagnostics, LabelView, RefineWhen
 from ncl.callbacks.refinement import MomentumRefinement
@@ -93,7 +92,6 @@ class CRCL(RetrievalMethod):
             only epochs of the last piece the run reaches; others log -1).
         estimate_batch_size: batch size of the paper rule's estimate pass (``None``: the
             training batch size, the batches ``p_hat`` is defined over).
-        diagnostics: log the label diagnostics every epoch.
     """
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
@@ -102,8 +100,7 @@ class CRCL(RetrievalMethod):
                  tau: float = 0.05, weight: float = 5.0, q: float | None = None,
                  form: AclForm = "official", rule: CorrectionRule = "official",
                  momentum: float = 0.8, threshold: float = 0.1, selection: Selection = "all",
-                 estimate_batch_size: int | None = None, diagnostics: bool = True,
-                 **kwargs: Any) -> None:
+                 estimate_batch_size: int | None = None, **kwargs: Any) -> None:
         _check_args(freeze_epochs, rule, tau, weight, q, momentum, threshold, estimate_batch_size)
         try:
             schedule = PieceSchedule(tuple(pieces))
@@ -119,12 +116,9 @@ class CRCL(RetrievalMethod):
         self.start_labels: dict[int, Tensor] = {}  # diagnostics: y_hat at the last epoch starts
 
     # ------------------------------------------------------------------ Lightning wiring
-    def configure_callbacks(self) -> list[L.Callback]:
-        """Self-refining pieces, label diagnostics, label correction."""
-        callbacks: list[L.Callback] = [SelfRefining(list(self.schedule.lengths))]
-        if self.hparams.diagnostics:
-            callbacks.append(Diagnostics())
-        return [*callbacks, MomentumRefinement()]
+    def method_callbacks(self) -> list[L.Callback]:
+        """Self-refining pieces, label correction (label diagnostics: the base's ``diagnostics``)."""
+        return [SelfRefining(list(self.schedule.lengths)), MomentumRefinement()]
 
     def setup(self, stage: str) -> None:
         """For ``fit``: the label table (all ones, unless a checkpoint restores it afterwards)

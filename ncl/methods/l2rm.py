@@ -25,12 +25,12 @@ time through ``configs/eval_sgraf_*.yaml``) and a small learned cost function.
      transport plan (:func:`~ncl.transport.partial_ot.partial_ot`) of the learned cost,
      each noisy caption's own image masked out.
 
-State (checkpointed): the division (clean mask and probabilities, the epoch it is for), the
-cost network (a submodule: in ``state_dict``, averaged gradients keep it identical on every
+State (checkpointed): the division (a :class:`~ncl.division.co_divide.Division` with one row),
+the cost network (a submodule: in ``state_dict``, averaged gradients keep it identical on every
 rank) and the image queue. The queue is **per rank** under DDP: it holds this rank's last
 noisy batches, as it would in a single process of the rank's batch size (the transport is
 between a rank's own noisy captions and its own queue); the checkpoint keeps every rank's
-queue (gathered in :meth:`L2RM.on_save_checkpoint`) so that each rank resumes its own.
+queue (:mod:`ncl.methods.l2rm_queue`) so that each rank resumes its own.
 """
 
 from __future__ import annotations
@@ -44,29 +44,22 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor
 
-from ncl.callbacks.diagnostics import Diagnostics
 from ncl.callbacks.division import GMMDivision, divide_if_due
-from ncl.callbacks.protocols import (
-    EpochDiagnostics,
-    GMMSpec,
-    LabelView,
-    LossView,
-    PassSpec,
-)
-from ncl.data.contracts import RetrievalData, retrieval_data
+from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, LabelView, LossView, PassSpec
+from ncl.data.contracts import retrieval_data
 from ncl.data.datasets import Batch, PairDataset, collate
-from ncl.division.co_divide import mean_hinge
+from ncl.division.co_divide import Division, mean_hinge
 from ncl.errors import ConfigError, NclWarning
 from ncl.losses.l2rm import rce_warmup_loss, symmetric_kl_loss
 from ncl.losses.triplet import triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
+from ncl.methods.l2rm_queue import (gather_queue_indices, no_region_lengths, rematch_accuracy,
+                                    restored_queue_row)
+from ncl.methods.schedule import check_ranges
 from ncl.metrics.noise_detection import detection_metrics
 from ncl.models.contracts import forward_batch
-from ncl.training.distributed import rank as process_rank
-from ncl.training.distributed import world_size
 from ncl.training.passes import eval_mode
 from ncl.training.plans import PlanLoader, Step, StepDataset, rematch_plan, warmup_plan
-from ncl.training.schedule import step_decay
 from ncl.transport.cost import (
     CostNetwork,
     ImageQueue,
@@ -113,7 +106,7 @@ class L2RM(RetrievalMethod):
             iterations, tol 1e-2" alone).
         bmm_seed: seed of the mixture's k-means++ start (the official seeds numpy with 0).
         division_batch_size: batch of the division pass (``None``: the training batch size).
-        diagnostics: log the division's quality and the rematching's against the ground truth.
+        (``diagnostics``, the base's: the division's quality and the rematching's.)
     """
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
@@ -125,8 +118,8 @@ class L2RM(RetrievalMethod):
                  sinkhorn_threshold: float = 1e-3, dummy_scale: float = 100.0,
                  bmm_max_iter: int = 10, bmm_tol: float = 1e-2,
                  bmm_refine_tol: float | None = 0.1, bmm_seed: int | None = 0,
-                 division_batch_size: int | None = None, diagnostics: bool = True,
-                 select_warmup: bool = True, **kwargs: Any) -> None:
+                 division_batch_size: int | None = None, select_warmup: bool = True,
+                 **kwargs: Any) -> None:
         super().__init__(vocab_size, backbone, optimizer=optimizer, lr_update=lr_update,
                          n_networks=1, select_warmup=select_warmup, **kwargs)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
@@ -136,19 +129,13 @@ class L2RM(RetrievalMethod):
         # Lazy until the batch size (its width) is known: setup("fit") or a checkpoint's shape.
         self.cost_net = CostNetwork()
         self.queue = ImageQueue(queue_length)
-        self.division_epoch = -1
-        self.clean_prob: Tensor | None = None  # (N,) the Beta mixture's clean posterior
-        self.clean: Tensor | None = None  # (N,) bool, predicted clean
-        self.division_losses: Tensor | None = None  # (N,) the pass's mean hinge (figures)
+        self.division: Division | None = None  # (1, N) losses, Beta posteriors, clean mask
         self._saved_queues: Tensor | None = None  # every rank's queue, from a checkpoint
 
     # ------------------------------------------------------------------ Lightning wiring
-    def configure_callbacks(self) -> list[L.Callback]:
-        """The Beta-mixture division before every epoch after the warm-up, its diagnostics."""
-        callbacks: list[L.Callback] = [GMMDivision()]
-        if self.hparams.diagnostics:
-            callbacks.append(Diagnostics())
-        return callbacks
+    def method_callbacks(self) -> list[L.Callback]:
+        """The Beta-mixture division before every epoch after the warm-up."""
+        return [GMMDivision()]
 
     def setup(self, stage: str) -> None:
         """Give the cost network its width, the per-process batch size (before DDP wraps the
@@ -165,13 +152,7 @@ class L2RM(RetrievalMethod):
             raise ConfigError(f"model.queue_length ({self.hparams.queue_length}) must be at least the "
                               f"per-process batch size data.batch_size ({dm.batch_size}): the queue "
                               "takes a whole noisy batch every step")
-        self.trainer.reload_dataloaders_every_n_epochs = 1
-        dm.use_train_plan(self.l2rm_dataloader)
-
-    def teardown(self, stage: str) -> None:
-        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-        if isinstance(dm, RetrievalData):
-            dm.use_train_plan(None)
+        self.take_train_loader(self.l2rm_dataloader, "L2RM")
 
     def configure_optimizers(self) -> Any:
         """The retrieval network's optimiser and the cost network's Adam (``lr_cost``), each with
@@ -183,20 +164,13 @@ class L2RM(RetrievalMethod):
                     "interval": "epoch"}}
                 for opt in (net_opt, cost_opt)]
 
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Clip the retrieval network's global gradient norm (the cost network is not clipped
-        in the official code); after the precision plugin unscaled the gradients."""
-        if self.hparams.grad_clip > 0 and optimizer is self.optimizers()[0].optimizer:
-            self.clip_gradients(optimizer, gradient_clip_val=self.hparams.grad_clip,
-                                gradient_clip_algorithm="norm")
+    def clips(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Only the retrieval network is clipped (not the cost network, as the official code)."""
+        return optimizer is self.optimizers()[0].optimizer
 
     # ------------------------------------------------------------------ schedule
-    def is_warmup_epoch(self, epoch: int) -> bool:
-        return epoch < self.hparams.warmup_epochs
-
-    def lr_factor(self, epoch: int) -> float:
-        """lr0 in the warm-up, then ``0.1 ** ((epoch - warmup) // lr_update)`` (official)."""
-        return step_decay(epoch, self.hparams.lr_update, start=self.hparams.warmup_epochs)
+    #: lr0 in the warm-up, then ``0.1 ** ((epoch - warmup) // lr_update)`` (official).
+    default_lr_schedule = "after_warmup"
 
     def on_train_epoch_start(self) -> None:
         super().on_train_epoch_start()  # reseeds and applies lr_factor (manual optimisation)
@@ -215,8 +189,8 @@ class L2RM(RetrievalMethod):
                                 **where)
         else:
             divide_if_due(trainer, self, epoch)
-            steps = rematch_plan(self.clean.numpy(), dm.batch_size, self.training_seed, epoch,
-                                 **where)
+            steps = rematch_plan(self.division.clean[0].numpy(), dm.batch_size, self.training_seed,
+                                 epoch, **where)
             if not steps:
                 steps = self._idle_epoch(dm.batch_size, trainer.world_size)
         return PlanLoader(StepDataset(pairs, steps), dm.num_workers,
@@ -227,10 +201,10 @@ class L2RM(RetrievalMethod):
         code trains nothing that epoch (its clean loader is empty) and divides again before the
         next. Lightning cannot run an epoch without batches, so the epoch gets one step that
         :meth:`rematch_step` skips (``train/idle``), and a warning says why."""
-        kept = int(self.clean.sum())
+        clean = self.division.clean[0]
         if self.global_rank == 0:
             warnings.warn(f"L2RM epoch {self.current_epoch}: the Beta-mixture division called "
-                          f"{kept} of {self.clean.numel()} pairs clean, fewer than one batch of "
+                          f"{int(clean.sum())} of {clean.numel()} pairs clean, fewer than one batch of "
                           f"{batch_size} per process ({world} process(es)); as the official code, "
                           "nothing trains this epoch and the next epoch divides again (see l2rm/* "
                           "in metrics.csv)", NclWarning, stacklevel=2)
@@ -238,7 +212,8 @@ class L2RM(RetrievalMethod):
 
     # ------------------------------------------------------------------ division (GMMDivisible)
     def division_due(self, epoch: int) -> bool:
-        return not self.is_warmup_epoch(epoch) and self.division_epoch != epoch
+        held = self.division
+        return not self.is_warmup_epoch(epoch) and (held is None or held.epoch != epoch)
 
     def division_pass(self, epoch: int) -> tuple[PassSpec, GMMSpec]:
         """Every pair's mean hinge in eval mode over one shuffle cut into batches of the
@@ -250,24 +225,26 @@ class L2RM(RetrievalMethod):
                              mixture="beta", refine_tol=hp.bmm_refine_tol)
 
     def accept_division(self, epoch: int, values: Tensor, clean_prob: Tensor) -> None:
-        """Clean iff the clean component's posterior > 0.5 (official, strict)."""
-        self.division_losses = values[0].float()
-        self.clean_prob = clean_prob[0].float()
-        self.clean = self.clean_prob > 0.5
-        self.division_epoch = epoch
+        """Clean iff the clean component's posterior > 0.5 (official, strict); ``values`` and
+        ``clean_prob`` are ``(1, N)``."""
+        prob = clean_prob.float()
+        self.division = Division(epoch, values.float(), prob, prob > 0.5)
 
     # ------------------------------------------------------------------ state
     def training_state(self) -> dict[str, Any]:
         """The division (identical on every rank). The queue is per rank: every rank's is
         added to the checkpoint by :meth:`on_save_checkpoint`."""
-        return {"division_epoch": self.division_epoch, "clean_prob": self.clean_prob,
-                "division_losses": self.division_losses}
+        return {"division": None if self.division is None else self.division.state()}
 
     def load_training_state(self, state: dict[str, Any]) -> None:
-        self.division_epoch = int(state.get("division_epoch", -1))
-        self.clean_prob = state.get("clean_prob")
-        self.division_losses = state.get("division_losses")
-        self.clean = None if self.clean_prob is None else self.clean_prob > 0.5
+        """The division, also from a checkpoint of ncl before the shared Division record
+        (``division_epoch``, ``clean_prob``, ``division_losses``, each ``(N,)``)."""
+        if "division" in state:
+            self.division = Division.from_state(state["division"])
+        elif state.get("clean_prob") is not None:
+            prob = state["clean_prob"].reshape(1, -1)
+            self.division = Division(int(state["division_epoch"]),
+                                     state["division_losses"].reshape(1, -1), prob, prob > 0.5)
         self._saved_queues = state.get("queues")
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -314,7 +291,7 @@ class L2RM(RetrievalMethod):
         net_opt, cost_opt = self.optimizers()
         logs: dict[str, Tensor | float] = {}
         if noisy is not None:
-            _no_region_lengths(clean, noisy)
+            no_region_lengths(clean, noisy)
             self._ensure_queue(batch_idx)
             logs["cost"] = self.cost_step(clean, batch_idx, cost_opt)
             self.queue.push(noisy["images"], noisy["index"])
@@ -328,7 +305,8 @@ class L2RM(RetrievalMethod):
             loss = loss + loss_noisy
             logs.update({"noisy": loss_noisy.detach(), "transported": plan.mass,
                          "sinkhorn_iterations": float(plan.iterations)})
-            logs.update(self.rematch_accuracy(noisy["index"], plan.plan))
+            data = retrieval_data(self.trainer, "L2RM")
+            logs.update(rematch_accuracy(data, self.queue.indices, noisy["index"], plan.plan))
         self.step_module(net_opt, self.net, loss)
         self.log_train({"loss": loss.detach(), "clean": loss_clean.detach(), **logs},
                        int(sims.shape[0]))
@@ -363,12 +341,11 @@ class L2RM(RetrievalMethod):
 
     def masks_own_image(self) -> bool:
         """``mask_own_image``; ``auto`` is the official rule: on when the data's noise ratio is
-        not 0 (a DataModule without ``noise_ratio`` is taken as noisy)."""
+        not 0 (:attr:`~ncl.data.contracts.RetrievalData.noise_ratio`)."""
         choice = self.hparams.mask_own_image
         if choice != "auto":
             return choice == "on"
-        dm = getattr(self.trainer, "datamodule", None)
-        return float(getattr(dm, "noise_ratio", 1.0) or 0.0) != 0.0
+        return float(retrieval_data(self.trainer, "L2RM").noise_ratio or 0.0) != 0.0
 
     def _ensure_queue(self, batch_idx: int) -> None:
         """The queue's features before the first rematching step: restored from a checkpoint's
@@ -376,7 +353,8 @@ class L2RM(RetrievalMethod):
         if self.queue.ready:
             return
         pairs = retrieval_data(self.trainer, "L2RM").train_pairs()
-        indices = self._restored_queue()
+        indices = restored_queue_row(self._saved_queues)
+        self._saved_queues = None
         if indices is None:
             rng = np.random.default_rng([self.training_seed, self.current_epoch, QUEUE_STREAM,
                                          self.global_rank])
@@ -384,89 +362,34 @@ class L2RM(RetrievalMethod):
         images = collate([pairs[int(i)] for i in indices])["images"].to(self.device)
         self.queue.fill(images, indices.to(torch.int64))
 
-    def _restored_queue(self) -> Tensor | None:
-        """This rank's queue indices from the checkpoint, when it has them for this world."""
-        saved, self._saved_queues = self._saved_queues, None
-        if saved is None or bool((saved < 0).any()):
-            return None
-        if saved.shape[0] != world_size():
-            warnings.warn(f"L2RM: the checkpoint holds the image queues of {saved.shape[0]} "
-                          f"processes, this run has {world_size()}; the queues start again from "
-                          "random training images", NclWarning, stacklevel=2)
-            return None
-        return saved[process_rank()].clone()
-
     # ------------------------------------------------------------------ diagnostics
-    def rematch_accuracy(self, index: Tensor, plan: Tensor) -> dict[str, float]:
-        """``rematch_true_image``: of this batch's truly mismatched noisy captions whose true
-        image is in the queue, the share whose plan column puts most mass on it (``{}`` when
-        the ground truth is unknown or no such caption)."""
-        pairs = retrieval_data(self.trainer, "L2RM").train_pairs()
-        cap2img, split = getattr(pairs, "cap2img", None), getattr(pairs, "split", None)
-        dm = self.trainer.datamodule
-        if cap2img is None or split is None or not getattr(dm, "clean_mask_known", True):
-            return {}
-        captions = index.cpu().numpy()
-        truth = captions // int(split.im_div)
-        queued = np.asarray(cap2img)[self.queue.indices.cpu().numpy()]  # image of each slot
-        wrong = np.asarray(cap2img)[captions] != truth
-        present = np.array([t in set(queued.tolist()) for t in truth])
-        chosen = queued[plan.argmax(dim=0).cpu().numpy()]
-        eligible = wrong & present
-        if not eligible.any():
-            return {}
-        return {"rematch_true_image": float((chosen[eligible] == truth[eligible]).mean())}
-
     def epoch_diagnostics(self, epoch: int, true_clean: Tensor | None) -> EpochDiagnostics:
         """The division epoch ``epoch`` trains on: its size and, with the ground truth, the
         precision/recall/F1 of the predicted-noisy pairs; the loss histogram with the mixture."""
-        if self.is_warmup_epoch(epoch) or self.division_epoch != epoch or self.clean is None:
+        division = self.division
+        if self.is_warmup_epoch(epoch) or division is None or division.epoch != epoch:
             return EpochDiagnostics()
-        scalars = {"l2rm/predicted_clean": float(self.clean.sum())}
+        clean = division.clean[0]
+        scalars = {"l2rm/predicted_clean": float(clean.sum())}
         if true_clean is not None:
-            m = detection_metrics(self.clean.bool(), true_clean.bool())
+            m = detection_metrics(clean.bool(), true_clean.bool())
             scalars.update({f"l2rm/{k}": float(m[k]) for k in ("precision", "recall", "f1")})
         losses = LossView("per-sample loss (mean hinge) of the Beta-mixture division",
-                          {"net": self.division_losses}, self.hparams.bmm_seed, mixture="beta")
-        labels = [LabelView("L2RM clean probability (Beta mixture)", self.clean_prob,
+                          {"net": division.losses[0]}, self.hparams.bmm_seed, mixture="beta")
+        labels = [LabelView("L2RM clean probability (Beta mixture)", division.prob[0],
                             "clean probability")]
-        return EpochDiagnostics(scalars, {"L2RM division": self.clean}, losses, labels)
-
-
-def gather_queue_indices(queue: ImageQueue, length: int, device: torch.device) -> Tensor:
-    """``(world, Q)`` int64: every rank's queue pair indices on CPU (-1 rows for an empty
-    queue), in rank order; a collective under DDP (all ranks call it)."""
-    local = queue.indices if queue.ready else torch.full((length,), -1, dtype=torch.int64)
-    local = local.to(torch.int64).reshape(1, -1)
-    if world_size() == 1:
-        return local.cpu()
-    from ncl.training.distributed import all_gather_cat  # collective, only under DDP
-
-    return all_gather_cat(local.to(device)).cpu()
-
-
-def _no_region_lengths(*batches: Batch) -> None:
-    """The queue holds whole feature tensors; images with different region counts (padded,
-    with ``image_lengths``) would need their lengths queued too."""
-    if any("image_lengths" in b for b in batches):
-        raise ConfigError("L2RM needs images with one region count (the image queue holds raw "
-                          "region features); this data pads images to different counts")
+        return EpochDiagnostics(scalars, {"L2RM division": clean}, losses, labels)
 
 
 def _check_ranges(hp: Any) -> None:
     """Raise ConfigError naming the offending ``model.*`` option."""
-    for name, least in (("warmup_epochs", 0), ("queue_length", 1), ("sinkhorn_max_iter", 1),
-                        ("bmm_max_iter", 1)):
-        if int(hp[name]) != hp[name] or hp[name] < least:
-            raise ConfigError(f"model.{name} must be an integer >= {least}, got {hp[name]}")
-    for name in ("margin", "tau", "reg", "lr_cost", "sinkhorn_threshold", "dummy_scale", "bmm_tol"):
-        if not hp[name] > 0:
-            raise ConfigError(f"model.{name} must be > 0, got {hp[name]}")
+    check_ranges(hp, integers={"warmup_epochs": 0, "queue_length": 1, "sinkhorn_max_iter": 1,
+                               "bmm_max_iter": 1},
+                 positive=["margin", "tau", "reg", "lr_cost", "sinkhorn_threshold", "dummy_scale",
+                           "bmm_tol"], batch_sizes=["division_batch_size"])
     if not 0 < hp["rho"] < 1:
         raise ConfigError(f"model.rho must lie in (0, 1), got {hp['rho']}")
     if not 0 < hp["key_fraction"] <= 1:
         raise ConfigError(f"model.key_fraction must lie in (0, 1], got {hp['key_fraction']}")
     if hp["bmm_refine_tol"] is not None and not hp["bmm_refine_tol"] > 0:
         raise ConfigError(f"model.bmm_refine_tol must be > 0 or null, got {hp['bmm_refine_tol']}")
-    if hp["division_batch_size"] is not None and hp["division_batch_size"] < 2:
-        raise ConfigError(f"model.division_batch_size must be >= 2 or null, got {hp['division_batch_size']}")

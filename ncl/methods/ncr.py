@@ -23,11 +23,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ncl.callbacks.diagnostics import Diagnostics
 from ncl.callbacks.division import GMMDivision, divide_if_due
 from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, LabelView, LossView, PassSpec
 from ncl.callbacks.refinement import MomentumRefinement
-from ncl.data.contracts import RetrievalData, retrieval_data
+from ncl.data.contracts import retrieval_data
 from ncl.data.datasets import Batch, PairDataset
 from ncl.data.samplers import global_seed
 from ncl.division.stats import division_stats
@@ -37,12 +36,12 @@ from ncl.errors import ConfigError
 from ncl.losses import (NcrMarginMode, RecastKind, ncr_soft_margins, psi4_boundary,
                         soft_margin_triplet_loss, triplet_loss)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
+from ncl.methods.schedule import check_ranges
 from ncl.division.co_divide import Division, abandon_mask, mean_hinge, split_clean
 from ncl.models.contracts import forward_batch
 from ncl.training.passes import eval_mode
 from ncl.training.plans import (DIVISION_STREAM, PlanLoader, StepDataset, check_cotraining_possible,
                                 cotrain_plan, limit_steps, warmup_plan)
-from ncl.training.schedule import step_decay
 from ncl.training.state import PerSampleState
 
 UnlabelledUpdate = Literal["separate_step", "summed"]
@@ -56,7 +55,8 @@ class NCR(RetrievalMethod):
         vocab_size, backbone: as :class:`~ncl.methods.base.RetrievalMethod`, and so are its
             options (Adam 2e-4, clip 2.0; the step schedule counts co-training epochs only,
             spec 4.1; ``select_warmup`` false: the official code selects among co-training
-            epochs only).
+            epochs only; ``diagnostics``: division sizes and, with ground truth, noise-detection
+            P/R/F1).
         warmup_epochs: warm-up epochs before co-divide starts (NCR F30K 5, COCO/CC152K 10;
             LNC 3 / 10 / 5). ``trainer.max_epochs`` = warm-up + co-training epochs.
         margin: alpha, the triplet margin and largest soft margin (0.2).
@@ -89,7 +89,6 @@ class NCR(RetrievalMethod):
         abandon_fraction: fraction of the doubly-noisy pairs dropped (0.5).
         seed: seed of the batch plans' shuffles and of the abandon draw; ``None`` (default): the
             run's ``seed_everything`` (the shipped configs set 0: the same as ``0``).
-        diagnostics: log division sizes and (with ground truth) noise-detection P/R/F1.
     """
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *, warmup_epochs: int = 5,
@@ -102,8 +101,7 @@ class NCR(RetrievalMethod):
                  momentum_regularization: bool = False, mr_momentum: float = 0.5,
                  mr_weight: float = 1.0, mr_reduction: MrReduction = "mean",
                  mr_detach_normalizer: bool = True, noise_abandon: bool = False,
-                 abandon_fraction: float = 0.5, seed: int | None = None,
-                 diagnostics: bool = True, **kwargs: Any) -> None:
+                 abandon_fraction: float = 0.5, seed: int | None = None, **kwargs: Any) -> None:
         super().__init__(vocab_size, backbone, n_networks=2, **kwargs)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
         _check_ranges(self.hparams)
@@ -117,16 +115,9 @@ class NCR(RetrievalMethod):
         # ``division.prob``), made once per division instead of gathered on the host per step.
         self._device_prob: tuple[Division, Tensor] | None = None
 
-    def configure_callbacks(self) -> list[L.Callback]:
-        """The co-divide (and abandon draw), LNC's momentum targets after every step, and the
-        division diagnostics."""
-        hp = self.hparams
-        callbacks: list[L.Callback] = [GMMDivision()]
-        if self.momentum_targets is not None:
-            callbacks.append(MomentumRefinement())
-        if hp.diagnostics:
-            callbacks.append(Diagnostics())
-        return callbacks
+    def method_callbacks(self) -> list[L.Callback]:
+        """The co-divide (and abandon draw), LNC's momentum targets after every step."""
+        return [GMMDivision()] + ([MomentumRefinement()] if self.momentum_targets is not None else [])
 
     # ------------------------------------------------------------------ division (GMMDivisible)
     def division_kind(self, epoch: int) -> Literal["divide", "abandon"] | None:
@@ -186,20 +177,13 @@ class NCR(RetrievalMethod):
         super().setup(stage)
         if stage != "fit":
             return
-        dm = retrieval_data(self.trainer, "NCR/LNC")
-        self.trainer.reload_dataloaders_every_n_epochs = 1
-        dm.use_train_plan(self.co_teaching_dataloader)
+        dm = self.take_train_loader(self.co_teaching_dataloader, "NCR/LNC")
         if self.momentum_targets is not None and not self.momentum_targets.ready:
             self.momentum_targets.reset(len(dm.train_pairs()))  # gamma^0 = 1 (a resume overwrites)
 
-    def teardown(self, stage: str) -> None:
-        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-        if isinstance(dm, RetrievalData):
-            dm.use_train_plan(None)
-
     # ------------------------------------------------------------------ schedule
-    def is_warmup_epoch(self, epoch: int) -> bool:
-        return epoch < self.hparams.warmup_epochs
+    #: Warm-up epochs at ``lr0``, then the step schedule over co-training epochs.
+    default_lr_schedule = "after_warmup"
 
     def unlabelled_loss_on(self) -> bool:
         """Whether the noisy-subset loss is used in the current co-training epoch."""
@@ -211,10 +195,6 @@ class NCR(RetrievalMethod):
                                   "(the official start is num_epochs // 2)")
             start = (max_epochs - self.hparams.warmup_epochs) // 2
         return self.current_epoch - self.hparams.warmup_epochs >= start
-
-    def lr_factor(self, epoch: int) -> float:
-        """Warm-up epochs at ``lr0``, then the step schedule over co-training epochs."""
-        return step_decay(epoch, self.hparams.lr_update, start=self.hparams.warmup_epochs)
 
     def on_train_epoch_start(self) -> None:
         super().on_train_epoch_start()  # reseeds and applies lr_factor (manual optimisation)
@@ -348,14 +328,6 @@ class NCR(RetrievalMethod):
         step, so the gradients are averaged outside DDP's reducer)."""
         self.step_module(self.optimizers()[k], self.nets[k], loss)
 
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Clip the stepping network's global gradient norm at ``grad_clip`` (spec 4.1), here
-        rather than before ``opt.step()``: Lightning calls this hook after the precision plugin
-        unscaled the gradients (``16-mixed``), so the clip is in true units."""
-        if self.hparams.grad_clip > 0:
-            self.clip_gradients(optimizer, gradient_clip_val=self.hparams.grad_clip,
-                                gradient_clip_algorithm="norm")
-
     def log_net(self, k: int, values: dict[str, Tensor], batch_size: int) -> None:
         """Log network ``k``'s ``values`` as ``train/<net>/<key>_step`` (this rank's value) and
         ``train/<net>/<key>_epoch`` (the mean over the epoch and the ranks).
@@ -403,14 +375,9 @@ class NCR(RetrievalMethod):
 
 def _check_ranges(hp: Any) -> None:
     """Raise ConfigError (a ValueError) naming the offending ``model.*`` option."""
-    rules = [("warmup_epochs", hp.warmup_epochs >= 0, ">= 0"), ("margin", hp.margin > 0, "> 0"),
-             ("soft_margin_base", hp.soft_margin_base > 1, "> 1 (m of Psi2)"),
-             ("p_threshold", 0 <= hp.p_threshold <= 1, "in [0, 1]"),
-             ("unlabelled_start", hp.unlabelled_start is None or hp.unlabelled_start >= 0,
-              ">= 0 or null"),
-             ("mr_momentum", 0 <= hp.mr_momentum <= 1, "in [0, 1]"),
-             ("mr_weight", hp.mr_weight >= 0, ">= 0"),
-             ("abandon_fraction", 0 <= hp.abandon_fraction <= 1, "in [0, 1]")]
-    for name, ok, rule in rules:
-        if not ok:
-            raise ConfigError(f"model.{name} must be {rule}, got {hp[name]}")
+    check_ranges(hp, integers={"warmup_epochs": 0}, positive=["margin"], nonnegative=["mr_weight"],
+                 unit=["p_threshold", "mr_momentum", "abandon_fraction"])
+    if not hp.soft_margin_base > 1:
+        raise ConfigError(f"model.soft_margin_base must be > 1 (m of Psi2), got {hp.soft_margin_base}")
+    if hp.unlabelled_start is not None and hp.unlabelled_start < 0:
+        raise ConfigError(f"model.unlabelled_start must be >= 0 or null, got {hp.unlabelled_start}")
