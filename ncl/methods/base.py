@@ -2,7 +2,7 @@
 evaluation steps feeding :class:`~ncl.evaluation.metric.RetrievalEvaluation`, model selection
 (:mod:`ncl.evaluation.selection`); seed and training state for exact resumes come from
 :class:`~ncl.methods.resumable.Resumable`; warm-up, learning-rate schedule, callbacks, manual
-clipping and training plans from :class:`~ncl.methods.schedule.TrainingSkeleton`. A method adds
+clipping and training plans from :class:`~ncl.methods.skeleton.TrainingSkeleton`. A method adds
 the rest."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ncl.evaluation.nonfinite import EvalSite, check_finite_loss
 from ncl.evaluation.protocol import Protocol
 from ncl.evaluation.selection import check_selection_monitor
 from ncl.methods.resumable import Resumable
-from ncl.methods.schedule import TrainingSkeleton
+from ncl.methods.skeleton import TrainingSkeleton
 from ncl.models.contracts import encode_images
 from ncl.training.distributed import average_gradients, broadcast_buffers_
 
@@ -96,12 +96,11 @@ class RetrievalMethod(Resumable, TrainingSkeleton, L.LightningModule):
                            dict(zip(self.network_names, self.nets)))
 
     def configure_optimizers(self) -> Any:
-        """One optimiser per network, each with ``LambdaLR(lr_factor)`` stepped per epoch."""
-        configs = []
-        for net in self.nets:
-            opt = self.optimizer_factory(net.parameters())
-            sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)
-            configs.append({"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}})
+        """One optimiser per network, then the method's :meth:`extra_optimizers`, each with
+        ``LambdaLR(lr_factor)`` stepped per epoch."""
+        opts = [self.optimizer_factory(net.parameters()) for net in self.nets] + self.extra_optimizers()
+        configs = [{"optimizer": opt, "lr_scheduler": {"interval": "epoch", "scheduler":
+                    torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)}} for opt in opts]
         return configs[0] if len(configs) == 1 else configs
 
     def apply_lr_factor(self) -> None:
@@ -150,6 +149,9 @@ class RetrievalMethod(Resumable, TrainingSkeleton, L.LightningModule):
         self.reseed_epoch()
         if not self.automatic_optimization:
             self.apply_lr_factor()
+        if self.logs_lr_factor:
+            self.log("train/lr_factor", self.lr_factor(self.current_epoch), on_step=False,
+                     on_epoch=True, sync_dist=True)
 
     def log_train(self, values: dict[str, Tensor | float], batch_size: int) -> None:
         self.log_dict({f"train/{k}": v for k, v in values.items()}, on_step=True,

@@ -50,7 +50,7 @@ from ncl.losses.decl import (
     reduce_rdh,
 )
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
-from ncl.methods.schedule import LrSchedule, check_ranges
+from ncl.methods.skeleton import LrSchedule, check_ranges
 from ncl.metrics.noise_detection import detection_metrics
 from ncl.models.contracts import forward_logits
 from ncl.training.state import PerSampleState, overwrite

@@ -26,16 +26,12 @@ time through ``configs/eval_sgraf_*.yaml``) and a small learned cost function.
      each noisy caption's own image masked out.
 
 State (checkpointed): the division (a :class:`~ncl.division.co_divide.Division` with one row),
-the cost network (a submodule: in ``state_dict``, averaged gradients keep it identical on every
-rank) and the image queue. The queue is **per rank** under DDP: it holds this rank's last
-noisy batches, as it would in a single process of the rank's batch size (the transport is
-between a rank's own noisy captions and its own queue); the checkpoint keeps every rank's
-queue (:mod:`ncl.methods.l2rm_queue`) so that each rank resumes its own.
+the cost network (a submodule, identical on every rank) and the image queue, per rank under DDP
+(:mod:`ncl.methods.l2rm_support`).
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Literal
 
 import lightning as L
@@ -45,29 +41,24 @@ from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor
 
 from ncl.callbacks.division import GMMDivision, divide_if_due
-from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, LabelView, LossView, PassSpec
+from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, PassSpec
 from ncl.data.contracts import retrieval_data
-from ncl.data.datasets import Batch, PairDataset, collate
+from ncl.data.datasets import Batch, PairDataset
 from ncl.division.co_divide import Division, mean_hinge
-from ncl.errors import ConfigError, NclWarning
+from ncl.errors import ConfigError
 from ncl.losses.l2rm import rce_warmup_loss, symmetric_kl_loss
 from ncl.losses.triplet import triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
-from ncl.methods.l2rm_queue import (gather_queue_indices, no_region_lengths, rematch_accuracy,
-                                    restored_queue_row)
-from ncl.methods.schedule import check_ranges
-from ncl.metrics.noise_detection import detection_metrics
+from ncl.methods.l2rm_support import (check_queue_fits, division_report, fill_queue,
+                                      gather_queue_indices, idle_plan, legacy_division,
+                                      masks_own_image, no_region_lengths, other_cost_width,
+                                      rematch_accuracy)
+from ncl.methods.skeleton import check_ranges
 from ncl.models.contracts import forward_batch
 from ncl.training.passes import eval_mode
-from ncl.training.plans import PlanLoader, Step, StepDataset, rematch_plan, warmup_plan
-from ncl.transport.cost import (
-    CostNetwork,
-    ImageQueue,
-    draw_key_points,
-    insert_key_points,
-    key_point_cost_loss,
-    own_image_mask,
-)
+from ncl.training.plans import PlanLoader, StepDataset, rematch_plan, warmup_plan
+from ncl.transport.cost import (CostNetwork, ImageQueue, draw_key_points, insert_key_points,
+                                key_point_cost_loss, own_image_mask)
 from ncl.transport.partial_ot import PartialPlan, partial_ot
 
 MaskOwnImage = Literal["auto", "on", "off"]
@@ -148,21 +139,12 @@ class L2RM(RetrievalMethod):
             self.cost_net.materialize(int(dm.batch_size))
         if stage != "fit":
             return
-        if self.hparams.queue_length < dm.batch_size:
-            raise ConfigError(f"model.queue_length ({self.hparams.queue_length}) must be at least the "
-                              f"per-process batch size data.batch_size ({dm.batch_size}): the queue "
-                              "takes a whole noisy batch every step")
+        check_queue_fits(self.hparams.queue_length, dm.batch_size)
         self.take_train_loader(self.l2rm_dataloader, "L2RM")
 
-    def configure_optimizers(self) -> Any:
-        """The retrieval network's optimiser and the cost network's Adam (``lr_cost``), each with
-        the step schedule after the warm-up (applied per epoch, manual optimisation)."""
-        net_opt = self.optimizer_factory(self.net.parameters())
-        cost_opt = torch.optim.Adam(self.cost_net.parameters(), lr=self.hparams.lr_cost)
-        return [{"optimizer": opt, "lr_scheduler": {
-                    "scheduler": torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor),
-                    "interval": "epoch"}}
-                for opt in (net_opt, cost_opt)]
+    def extra_optimizers(self) -> list[torch.optim.Optimizer]:
+        """The cost network's Adam (``lr_cost``), on the same schedule as the network's."""
+        return [torch.optim.Adam(self.cost_net.parameters(), lr=self.hparams.lr_cost)]
 
     def clips(self, optimizer: torch.optim.Optimizer) -> bool:
         """Only the retrieval network is clipped (not the cost network, as the official code)."""
@@ -170,12 +152,7 @@ class L2RM(RetrievalMethod):
 
     # ------------------------------------------------------------------ schedule
     #: lr0 in the warm-up, then ``0.1 ** ((epoch - warmup) // lr_update)`` (official).
-    default_lr_schedule = "after_warmup"
-
-    def on_train_epoch_start(self) -> None:
-        super().on_train_epoch_start()  # reseeds and applies lr_factor (manual optimisation)
-        self.log("train/lr_factor", self.lr_factor(self.current_epoch), on_step=False,
-                 on_epoch=True, sync_dist=True)
+    default_lr_schedule, logs_lr_factor = "after_warmup", True
 
     def l2rm_dataloader(self, pairs: PairDataset) -> PlanLoader:
         """This epoch's loader: a shuffled pass over every pair (warm-up) or the clean/noisy
@@ -191,24 +168,11 @@ class L2RM(RetrievalMethod):
             divide_if_due(trainer, self, epoch)
             steps = rematch_plan(self.division.clean[0].numpy(), dm.batch_size, self.training_seed,
                                  epoch, **where)
-            if not steps:
-                steps = self._idle_epoch(dm.batch_size, trainer.world_size)
+            if not steps:  # nothing trains (official); one step that rematch_step skips
+                steps = idle_plan(self.division.clean[0], epoch, dm.batch_size, trainer.world_size,
+                                  warn=self.global_rank == 0)
         return PlanLoader(StepDataset(pairs, steps), dm.num_workers,
                           pin_memory=self.device.type == "cuda")
-
-    def _idle_epoch(self, batch_size: int, world: int) -> list[Step]:
-        """The plan of an epoch whose division leaves no full batch of clean pairs: the official
-        code trains nothing that epoch (its clean loader is empty) and divides again before the
-        next. Lightning cannot run an epoch without batches, so the epoch gets one step that
-        :meth:`rematch_step` skips (``train/idle``), and a warning says why."""
-        clean = self.division.clean[0]
-        if self.global_rank == 0:
-            warnings.warn(f"L2RM epoch {self.current_epoch}: the Beta-mixture division called "
-                          f"{int(clean.sum())} of {clean.numel()} pairs clean, fewer than one batch of "
-                          f"{batch_size} per process ({world} process(es)); as the official code, "
-                          "nothing trains this epoch and the next epoch divides again (see l2rm/* "
-                          "in metrics.csv)", NclWarning, stacklevel=2)
-        return [Step(0, np.zeros(1, dtype=np.int64))]
 
     # ------------------------------------------------------------------ division (GMMDivisible)
     def division_due(self, epoch: int) -> bool:
@@ -239,12 +203,8 @@ class L2RM(RetrievalMethod):
     def load_training_state(self, state: dict[str, Any]) -> None:
         """The division, also from a checkpoint of ncl before the shared Division record
         (``division_epoch``, ``clean_prob``, ``division_losses``, each ``(N,)``)."""
-        if "division" in state:
-            self.division = Division.from_state(state["division"])
-        elif state.get("clean_prob") is not None:
-            prob = state["clean_prob"].reshape(1, -1)
-            self.division = Division(int(state["division_epoch"]),
-                                     state["division_losses"].reshape(1, -1), prob, prob > 0.5)
+        self.division = Division.from_state(state["division"]) if "division" in state else \
+            legacy_division(state)
         self._saved_queues = state.get("queues")
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -258,13 +218,9 @@ class L2RM(RetrievalMethod):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """A checkpoint whose cost network has another width (its run's batch size): a resumed
         fit must keep that batch size; evaluation takes the checkpoint's cost network as it is."""
-        weight = checkpoint.get("state_dict", {}).get("cost_net.weight")
-        if weight is not None and int(weight.shape[0]) != self.cost_net.width:
-            if self.trainer.state.fn == "fit":
-                raise ConfigError(f"cannot resume L2RM with data.batch_size {self.cost_net.width}: "
-                                  f"the checkpoint's cost network is {weight.shape[0]} wide (its "
-                                  "run's per-process batch size); resume with that batch size")
-            self.cost_net = CostNetwork(int(weight.shape[0])).to(self.device)
+        width = other_cost_width(checkpoint, self.cost_net.width, self.trainer.state.fn == "fit")
+        if width is not None:
+            self.cost_net = CostNetwork(width).to(self.device)
         super().on_load_checkpoint(checkpoint)
 
     # ------------------------------------------------------------------ training
@@ -283,7 +239,7 @@ class L2RM(RetrievalMethod):
 
     def rematch_step(self, clean: Batch, noisy: Batch | None, batch_idx: int) -> None:
         """Phases A (cost network on key points), B (queue) and C (retrieval network); an idle
-        epoch's single short batch (:meth:`_idle_epoch`) trains nothing."""
+        epoch's single short batch (:func:`~ncl.methods.l2rm_support.idle_plan`) trains nothing."""
         hp = self.hparams
         if int(clean["index"].shape[0]) < self.cost_net.width:
             self.log("train/idle", 1.0, on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
@@ -292,7 +248,12 @@ class L2RM(RetrievalMethod):
         logs: dict[str, Tensor | float] = {}
         if noisy is not None:
             no_region_lengths(clean, noisy)
-            self._ensure_queue(batch_idx)
+            if not self.queue.ready:  # a checkpoint's (this rank's row) or drawn
+                rng = np.random.default_rng([self.training_seed, self.current_epoch, QUEUE_STREAM,
+                                             self.global_rank])
+                fill_queue(self.queue, retrieval_data(self.trainer, "L2RM").train_pairs(),
+                           self._saved_queues, rng, self.device)
+                self._saved_queues = None
             logs["cost"] = self.cost_step(clean, batch_idx, cost_opt)
             self.queue.push(noisy["images"], noisy["index"])
         sims = forward_batch(self.net, clean).float()  # (B, B)
@@ -335,50 +296,18 @@ class L2RM(RetrievalMethod):
         hp = self.hparams
         with torch.no_grad():
             cost = self.cost_net(sims).clamp_min(1e-10)
-        mask = own_image_mask(cost.shape[0], cost.shape[1], cost.device) if self.masks_own_image() else None
+        masked = masks_own_image(hp.mask_own_image, retrieval_data(self.trainer, "L2RM"))
+        mask = own_image_mask(cost.shape[0], cost.shape[1], cost.device) if masked else None
         return partial_ot(cost, hp.rho, hp.reg, mask, hp.sinkhorn_max_iter, hp.sinkhorn_threshold,
                           hp.dummy_scale)
 
-    def masks_own_image(self) -> bool:
-        """``mask_own_image``; ``auto`` is the official rule: on when the data's noise ratio is
-        not 0 (:attr:`~ncl.data.contracts.RetrievalData.noise_ratio`)."""
-        choice = self.hparams.mask_own_image
-        if choice != "auto":
-            return choice == "on"
-        return float(retrieval_data(self.trainer, "L2RM").noise_ratio or 0.0) != 0.0
-
-    def _ensure_queue(self, batch_idx: int) -> None:
-        """The queue's features before the first rematching step: restored from a checkpoint's
-        pair indices (this rank's row), else Q random training pairs' images."""
-        if self.queue.ready:
-            return
-        pairs = retrieval_data(self.trainer, "L2RM").train_pairs()
-        indices = restored_queue_row(self._saved_queues)
-        self._saved_queues = None
-        if indices is None:
-            rng = np.random.default_rng([self.training_seed, self.current_epoch, QUEUE_STREAM,
-                                         self.global_rank])
-            indices = torch.from_numpy(rng.choice(len(pairs), self.hparams.queue_length, replace=False))
-        images = collate([pairs[int(i)] for i in indices])["images"].to(self.device)
-        self.queue.fill(images, indices.to(torch.int64))
-
     # ------------------------------------------------------------------ diagnostics
     def epoch_diagnostics(self, epoch: int, true_clean: Tensor | None) -> EpochDiagnostics:
-        """The division epoch ``epoch`` trains on: its size and, with the ground truth, the
-        precision/recall/F1 of the predicted-noisy pairs; the loss histogram with the mixture."""
+        """The division epoch ``epoch`` trains on (:func:`~ncl.methods.l2rm_support.division_report`)."""
         division = self.division
         if self.is_warmup_epoch(epoch) or division is None or division.epoch != epoch:
             return EpochDiagnostics()
-        clean = division.clean[0]
-        scalars = {"l2rm/predicted_clean": float(clean.sum())}
-        if true_clean is not None:
-            m = detection_metrics(clean.bool(), true_clean.bool())
-            scalars.update({f"l2rm/{k}": float(m[k]) for k in ("precision", "recall", "f1")})
-        losses = LossView("per-sample loss (mean hinge) of the Beta-mixture division",
-                          {"net": division.losses[0]}, self.hparams.bmm_seed, mixture="beta")
-        labels = [LabelView("L2RM clean probability (Beta mixture)", division.prob[0],
-                            "clean probability")]
-        return EpochDiagnostics(scalars, {"L2RM division": clean}, losses, labels)
+        return division_report(division, true_clean, self.hparams.bmm_seed)
 
 
 def _check_ranges(hp: Any) -> None:

@@ -36,7 +36,7 @@ from ncl.errors import ConfigError
 from ncl.losses import (NcrMarginMode, RecastKind, ncr_soft_margins, psi4_boundary,
                         soft_margin_triplet_loss, triplet_loss)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
-from ncl.methods.schedule import check_ranges
+from ncl.methods.skeleton import check_ranges
 from ncl.division.co_divide import Division, abandon_mask, mean_hinge, split_clean
 from ncl.models.contracts import forward_batch
 from ncl.training.passes import eval_mode
@@ -183,7 +183,7 @@ class NCR(RetrievalMethod):
 
     # ------------------------------------------------------------------ schedule
     #: Warm-up epochs at ``lr0``, then the step schedule over co-training epochs.
-    default_lr_schedule = "after_warmup"
+    default_lr_schedule, logs_lr_factor = "after_warmup", True
 
     def unlabelled_loss_on(self) -> bool:
         """Whether the noisy-subset loss is used in the current co-training epoch."""
@@ -195,11 +195,6 @@ class NCR(RetrievalMethod):
                                   "(the official start is num_epochs // 2)")
             start = (max_epochs - self.hparams.warmup_epochs) // 2
         return self.current_epoch - self.hparams.warmup_epochs >= start
-
-    def on_train_epoch_start(self) -> None:
-        super().on_train_epoch_start()  # reseeds and applies lr_factor (manual optimisation)
-        self.log("train/lr_factor", self.lr_factor(self.current_epoch), on_step=False,
-                 on_epoch=True, sync_dist=True)
 
     def co_teaching_dataloader(self, pairs: PairDataset) -> PlanLoader:
         """This epoch's loader over ``pairs``: warm-up passes or the co-divided plan. The

@@ -38,7 +38,7 @@ from ncl.losses.recon import (SUBSET_CLEAN, SUBSET_LOCAL, SUBSET_NOISY, Relation
 from ncl.losses.recon_forward import (RelationFeatures, RelationOptions, Score, check_backbone,
                                       division_values, relation_forward)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
-from ncl.methods.schedule import LrSchedule, check_ranges
+from ncl.methods.skeleton import LrSchedule, check_ranges
 from ncl.training.state import PerSampleState
 
 PenaltySource = Literal["division", "step"]

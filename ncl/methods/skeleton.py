@@ -44,6 +44,8 @@ class TrainingSkeleton:
     #: Where the step schedule starts for a method without an ``lr_schedule`` option: NCR/LNC
     #: and L2RM run their warm-up at lr0 (``after_warmup``); Triplet's "SGR*" counts from 0.
     default_lr_schedule: ClassVar[LrSchedule] = "global"
+    #: Log ``train/lr_factor`` every epoch (NCR/LNC and L2RM).
+    logs_lr_factor: ClassVar[bool] = False
 
     hparams: Any  # given by the LightningModule it is mixed into
     trainer: Any
@@ -71,6 +73,10 @@ class TrainingSkeleton:
         """Learning-rate multiplier of ``epoch`` (``LambdaLR``): lr0 until
         :meth:`lr_schedule_start`, then times 0.1 every ``lr_update`` epochs (spec 4.1)."""
         return step_decay(epoch, self.hparams.lr_update, self.lr_schedule_start())
+
+    def extra_optimizers(self) -> list[torch.optim.Optimizer]:
+        """Optimisers of parts other than the networks (L2RM's cost network), after theirs."""
+        return []
 
     # ------------------------------------------------------------------ callbacks
     def method_callbacks(self) -> list[L.Callback]:
@@ -120,7 +126,7 @@ class TrainingSkeleton:
             self._took_train_plan = False
 
 
-def check_ranges(hp: Mapping[str, Any], *, integers: Mapping[str, int] = {},
+def check_ranges(hp: Mapping[str, Any], *, integers: Mapping[str, int] | None = None,
                  positive: Iterable[str] = (), nonnegative: Iterable[str] = (),
                  unit: Iterable[str] = (), batch_sizes: Iterable[str] = ()) -> None:
     """Raise ConfigError (a ValueError) naming the first ``model.*`` option out of range.
@@ -131,7 +137,7 @@ def check_ranges(hp: Mapping[str, Any], *, integers: Mapping[str, int] = {},
         positive: options that must be > 0; ``nonnegative``: >= 0; ``unit``: in [0, 1].
         batch_sizes: optional batch sizes: ``None`` or >= 2.
     """
-    for name, least in integers.items():
+    for name, least in (integers or {}).items():
         if int(hp[name]) != hp[name] or hp[name] < least:
             raise ConfigError(f"model.{name} must be an integer >= {least}, got {hp[name]}")
     for names, ok, rule in ((positive, lambda v: v > 0, "be > 0"),
