@@ -49,10 +49,11 @@ from ncl.errors import ConfigError
 from ncl.losses.l2rm import rce_warmup_loss, symmetric_kl_loss
 from ncl.losses.triplet import triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
-from ncl.methods.l2rm_support import (check_queue_fits, division_report, fill_queue,
+from ncl.methods.l2rm_support import (check_queue_fits, fill_queue,
                                       gather_queue_indices, idle_plan, legacy_division,
                                       masks_own_image, no_region_lengths, other_cost_width,
                                       rematch_accuracy)
+from ncl.methods.reports import beta_division_report
 from ncl.methods.skeleton import check_ranges
 from ncl.models.contracts import forward_batch
 from ncl.training.passes import eval_mode
@@ -303,11 +304,11 @@ class L2RM(RetrievalMethod):
 
     # ------------------------------------------------------------------ diagnostics
     def epoch_diagnostics(self, epoch: int, true_clean: Tensor | None) -> EpochDiagnostics:
-        """The division epoch ``epoch`` trains on (:func:`~ncl.methods.l2rm_support.division_report`)."""
+        """The division epoch ``epoch`` trains on (:func:`~ncl.methods.reports.beta_division_report`)."""
         division = self.division
         if self.is_warmup_epoch(epoch) or division is None or division.epoch != epoch:
             return EpochDiagnostics()
-        return division_report(division, true_clean, self.hparams.bmm_seed)
+        return beta_division_report(division, true_clean, self.hparams.bmm_seed)
 
 
 def _check_ranges(hp: Any) -> None:

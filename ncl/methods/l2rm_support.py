@@ -1,5 +1,5 @@
-"""L2RM's image queue (its first filling and its copy in checkpoints) and diagnostics (the
-division's, the rematching's), kept apart from :mod:`ncl.methods.l2rm` so that the method reads
+"""L2RM's image queue (its first filling and its copy in checkpoints), its idle epochs, options
+and the rematching's diagnostic, kept apart from :mod:`ncl.methods.l2rm` so that the method reads
 as its three phases.
 
 The queue is **per rank** under DDP: it holds this rank's last noisy batches, as it would in a
@@ -17,12 +17,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ncl.callbacks.protocols import EpochDiagnostics, LabelView, LossView
 from ncl.data.contracts import RetrievalData, clean_mask_known
 from ncl.data.datasets import Batch, PairDataset, collate
 from ncl.division.co_divide import Division
 from ncl.errors import ConfigError, NclWarning
-from ncl.metrics.noise_detection import detection_metrics
 from ncl.training.plans import Step
 from ncl.training.distributed import rank as process_rank
 from ncl.training.distributed import world_size
@@ -89,23 +87,6 @@ def legacy_division(state: dict) -> Division | None:
     prob = state["clean_prob"].reshape(1, -1)
     return Division(int(state["division_epoch"]), state["division_losses"].reshape(1, -1), prob,
                     prob > 0.5)
-
-
-def division_report(division: Division, true_clean: Tensor | None,
-                    bmm_seed: int | None) -> EpochDiagnostics:
-    """The diagnostics of the Beta-mixture division an epoch trains on: its size and, with the
-    ground truth ``(N,)``, the precision/recall/F1 of the predicted-noisy pairs; the loss
-    histogram (the mixture is not drawn: a Beta one) and the clean posteriors."""
-    clean = division.clean[0]
-    scalars = {"l2rm/predicted_clean": float(clean.sum())}
-    if true_clean is not None:
-        m = detection_metrics(clean.bool(), true_clean.bool())
-        scalars.update({f"l2rm/{k}": float(m[k]) for k in ("precision", "recall", "f1")})
-    losses = LossView("per-sample loss (mean hinge) of the Beta-mixture division",
-                      {"net": division.losses[0]}, bmm_seed, mixture="beta")
-    labels = [LabelView("L2RM clean probability (Beta mixture)", division.prob[0],
-                        "clean probability")]
-    return EpochDiagnostics(scalars, {"L2RM division": clean}, losses, labels)
 
 
 def rematch_accuracy(data: RetrievalData, queued_pairs: Tensor, index: Tensor,

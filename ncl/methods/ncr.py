@@ -20,26 +20,23 @@ from typing import Any, Literal
 
 import lightning as L
 import numpy as np
-import torch
 from torch import Tensor
 
 from ncl.callbacks.division import GMMDivision, divide_if_due
-from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, LabelView, LossView, PassSpec
+from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, PassSpec
 from ncl.callbacks.refinement import MomentumRefinement
 from ncl.data.contracts import retrieval_data
 from ncl.data.datasets import Batch, PairDataset
 from ncl.data.samplers import global_seed
-from ncl.division.stats import division_stats
-from ncl.division import (CleanRule, PredictionForm, memorization_prediction, momentum_regularizer,
-                          momentum_update, mr_prediction, rectify_by_mode, rectify_noisy_labels)
+from ncl.division import CleanRule, PredictionForm, momentum_regularizer, momentum_update, mr_prediction
 from ncl.errors import ConfigError
 from ncl.losses import (NcrMarginMode, RecastKind, ncr_soft_margins, psi4_boundary,
                         soft_margin_triplet_loss, triplet_loss)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
+from ncl.methods.reports import co_divide_report
 from ncl.methods.skeleton import check_ranges
-from ncl.division.co_divide import Division, abandon_mask, mean_hinge, split_clean
+from ncl.division.co_divide import Division, abandon_mask, co_rectify, mean_hinge, split_clean
 from ncl.models.contracts import forward_batch
-from ncl.training.passes import eval_mode
 from ncl.training.plans import (DIVISION_STREAM, PlanLoader, StepDataset, check_cotraining_possible,
                                 cotrain_plan, limit_steps, warmup_plan)
 from ncl.training.state import PerSampleState
@@ -251,33 +248,17 @@ class NCR(RetrievalMethod):
 
     def rectified_targets(self, k: int, labelled: Batch, unlabelled: Batch | None
                           ) -> tuple[Tensor, Tensor | None]:
-        """Co-rectify (LNC Eq. 8-9; spec 4.2.6 step 1), both networks in eval mode, no grad.
-
-        Returns:
-            The labelled targets ``(B_l,)`` (``(B_l, B_l)`` for ``official_2023``) from the
-            peer's ``w``, and the unlabelled targets ``(B_u,)`` or ``None``.
-        """
+        """Network ``k``'s targets, co-rectified with its peer's ``w`` (LNC Eq. 8-9):
+        :func:`~ncl.division.co_divide.co_rectify`."""
         hp = self.hparams
-        net, peer = self.nets[k], self.nets[1 - k]
         w = self.peer_clean_prob(k, labelled["index"])  # peer's
-
-        def predict(batch: Batch, model: torch.nn.Module) -> Tensor:  # P of Eq. 9, (B,)
-            sims = forward_batch(model, batch)
-            return memorization_prediction(sims, hp.margin, hp.prediction_form)
-
-        with torch.no_grad(), eval_mode(net, peer):
-            p_l = predict(labelled, net)
-            target_l = rectify_by_mode(hp.ncr_margin_mode, w.to(p_l.dtype), p_l)
-            target_u = None
-            if unlabelled is not None:
-                target_u = rectify_noisy_labels(predict(unlabelled, net), predict(unlabelled, peer))
-        return target_l.clamp(0, 1), None if target_u is None else target_u.clamp(0, 1)
+        return co_rectify(self.nets[k], self.nets[1 - k], w, labelled, unlabelled, hp.margin,
+                          hp.prediction_form, hp.ncr_margin_mode)
 
     def peer_clean_prob(self, k: int, index: Tensor) -> Tensor:
         """Network ``1 - k``'s clean probability ``w`` of the pairs ``index`` (``(B,)``, on the
-        device), read from a device copy of the division's ``(2, N)`` table: one host ->
-        device copy per division rather than a device -> host copy of ``index`` every step.
-        """
+        device), from a device copy of the division's ``(2, N)`` table: one host -> device copy
+        per division rather than a device -> host copy of ``index`` every step."""
         division = self.division
         held = self._device_prob
         if held is None or held[0] is not division or held[1].device != index.device:
@@ -323,23 +304,6 @@ class NCR(RetrievalMethod):
         step, so the gradients are averaged outside DDP's reducer)."""
         self.step_module(self.optimizers()[k], self.nets[k], loss)
 
-    def log_net(self, k: int, values: dict[str, Tensor], batch_size: int) -> None:
-        """Log network ``k``'s ``values`` as ``train/<net>/<key>_step`` (this rank's value) and
-        ``train/<net>/<key>_epoch`` (the mean over the epoch and the ranks).
-
-        The names Lightning gives a value logged ``on_step`` and ``on_epoch`` at once, but two
-        entries: with ``sync_dist`` Lightning all-reduces an ``on_step`` value at every step
-        (a barrier and an all-reduce per key), while an ``on_epoch``-only value is accumulated
-        on each rank and all-reduced once, when the epoch's mean is computed. In one process
-        both are what one forked entry logged; under DDP the step values are rank 0's own, like
-        :meth:`~ncl.methods.base.RetrievalMethod.log_train`'s.
-        """
-        name = self.network_names[k]
-        self.log_dict({f"train/{name}/{key}_step": v for key, v in values.items()}, on_step=True,
-                      on_epoch=False, batch_size=batch_size, sync_dist=False)
-        self.log_dict({f"train/{name}/{key}_epoch": v for key, v in values.items()},
-                      on_step=False, on_epoch=True, batch_size=batch_size, sync_dist=True)
-
     # ------------------------------------------------------------------ diagnostics
     @property
     def display_name(self) -> str:
@@ -348,24 +312,12 @@ class NCR(RetrievalMethod):
 
     def epoch_diagnostics(self, epoch: int, true_clean: Tensor | None) -> EpochDiagnostics:
         """The division made for ``epoch`` (sizes, detection, losses, ``w``) and, in LNC's
-        warm-up, the momentum targets."""
-        out, division, names = EpochDiagnostics(), self.division, self.network_names
-        if division is not None and division.epoch == epoch:
-            out.scalars = division_stats(division, names, true_clean)
-            kind = "co-divide" if division.keep is None else "abandon draw"
-            out.losses = LossView(f"{kind}: per-sample loss (mean hinge) and GMM",
-                                  dict(zip(names, division.losses)), self.hparams.gmm_seed)
-            if division.keep is None:
-                out.detection = dict(zip(names, division.clean))
-                out.labels = [LabelView(f"clean probability w from network {n}'s GMM (Eq. 3)", w,
-                                        "clean probability w (0 = noisy, 1 = clean)")
-                              for n, w in zip(names, division.prob)]
-        targets = self.momentum_targets
-        if targets is not None and targets.ready and self.is_warmup_epoch(epoch):
-            out.labels += [LabelView(f"momentum targets gamma of network {n} (LNC Eq. 5)", g,
-                                     "momentum target gamma (0 = noisy, 1 = clean)")
-                           for n, g in zip(names, targets.values)]
-        return out
+        warm-up, the momentum targets (:func:`~ncl.methods.reports.co_divide_report`)."""
+        division, targets = self.division, self.momentum_targets
+        shown = targets is not None and targets.ready and self.is_warmup_epoch(epoch)
+        return co_divide_report(division if division is not None and division.epoch == epoch
+                                else None, self.network_names, self.hparams.gmm_seed, true_clean,
+                                targets.values if shown else None)
 
 
 def _check_ranges(hp: Any) -> None:

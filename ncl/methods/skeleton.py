@@ -15,7 +15,9 @@
 * gradient clipping under manual optimisation (automatic optimisation clips in the base's
   ``configure_gradient_clipping``);
 * a training plan: :meth:`~TrainingSkeleton.take_train_loader` hands the training loader to the
-  method for a fit, and ``teardown`` gives it back.
+  method for a fit, and ``teardown`` gives it back;
+* the per-network training logs of a method that steps one network at a time
+  (:meth:`~TrainingSkeleton.log_net`).
 
 Option range checks live in :func:`check_ranges` (one message per kind of rule).
 """
@@ -27,6 +29,7 @@ from typing import Any, ClassVar, Literal
 
 import lightning as L
 import torch
+from torch import Tensor
 from torch.utils.data import Dataset
 
 from ncl.callbacks.diagnostics import Diagnostics
@@ -49,6 +52,7 @@ class TrainingSkeleton:
 
     hparams: Any  # given by the LightningModule it is mixed into
     trainer: Any
+    network_names: tuple[str, ...]
     automatic_optimization: bool
     _took_train_plan: bool = False
 
@@ -106,6 +110,24 @@ class TrainingSkeleton:
             return
         self.clip_gradients(optimizer, gradient_clip_val=self.hparams.grad_clip,
                             gradient_clip_algorithm="norm")
+
+    # ------------------------------------------------------------------ per-network logging
+    def log_net(self, k: int, values: dict[str, Tensor], batch_size: int) -> None:
+        """Log network ``k``'s ``values`` (a method that steps one network at a time, NCR/LNC) as ``train/<net>/<key>_step`` (this rank's value) and
+        ``train/<net>/<key>_epoch`` (the mean over the epoch and the ranks).
+
+        The names Lightning gives a value logged ``on_step`` and ``on_epoch`` at once, but two
+        entries: with ``sync_dist`` Lightning all-reduces an ``on_step`` value at every step
+        (a barrier and an all-reduce per key), while an ``on_epoch``-only value is accumulated
+        on each rank and all-reduced once, when the epoch's mean is computed. In one process
+        both are what one forked entry logged; under DDP the step values are rank 0's own, like
+        :meth:`~ncl.methods.base.RetrievalMethod.log_train`'s.
+        """
+        name = self.network_names[k]
+        self.log_dict({f"train/{name}/{key}_step": v for key, v in values.items()}, on_step=True,
+                      on_epoch=False, batch_size=batch_size, sync_dist=False)
+        self.log_dict({f"train/{name}/{key}_epoch": v for key, v in values.items()},
+                      on_step=False, on_epoch=True, batch_size=batch_size, sync_dist=True)
 
     # ------------------------------------------------------------------ training plan
     def take_train_loader(self, plan: Callable[[Dataset], Iterable], needed_by: str) -> RetrievalData:
