@@ -183,7 +183,7 @@ class ReCon(RetrievalMethod):
 
     def load_training_state(self, state: dict[str, Any]) -> None:
         saved = state.get("division")
-        self.division = None if saved is None else ThreeWayDivision(**saved)
+        self.division = ThreeWayDivision.from_state(saved)
         if state.get("pseudo_labels") is not None:
             self.pseudo_labels.load_state_dict(state["pseudo_labels"])
 
