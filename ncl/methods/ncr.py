@@ -164,8 +164,7 @@ class NCR(RetrievalMethod):
                 "momentum_targets": None if targets is None else targets.state_dict()}
 
     def load_training_state(self, state: dict[str, Any]) -> None:
-        saved = state.get("division")
-        self.division = None if saved is None else Division(**saved)
+        self.division = Division.from_state(state.get("division"))
         if self.momentum_targets is not None and state.get("momentum_targets") is not None:
             self.momentum_targets.load_state_dict(state["momentum_targets"])
 
