@@ -4,44 +4,58 @@ it: NCR/LNC's co-divide and Randomly Noise Abandon draw (LNC Eq. 1-3, 7), ReCon'
 
 The method states what it needs through :class:`~ncl.callbacks.protocols.GMMDivisible` (which
 epochs need a division, the per-sample pass and the mixture's settings, what it does with the
-clean probabilities) and owns the result (its checkpointed training state);
-:func:`divide_if_due` does the work: the eval-mode pass (:func:`~ncl.training.passes.run_pass`,
-sharded over ranks and gathered by index), one mixture per network on the chosen column
-(:func:`~ncl.division.co_divide.gmm_probabilities`; rank 0's fit broadcast, :func:`fit_mixtures`), then
-``accept_division``.
-
-:class:`GMMDivision` calls it in ``on_train_epoch_end`` of epoch ``e - 1`` for epoch ``e``
-(Lightning runs the checkpoint callbacks after the others, so the checkpoint of ``e - 1``
-already holds ``e``'s division and a resumed run trains on it unchanged) and in
-``on_train_epoch_start`` of ``e`` as a fallback (the first epoch without warm-up, a run whose
-``max_epochs`` was raised on resume). A method whose training loader depends on the division
-(NCR's batch plan, built before any epoch-start hook) calls :func:`divide_if_due` itself when
-it builds the loader. ``division_due`` is false once the method holds the epoch's division,
-and nothing changes the weights between these points, so the result is the same whichever
-runs first.
+clean probabilities) and owns the result (its checkpointed training state). The division is an
+:class:`~ncl.callbacks.protocols.EpochPass` (:class:`DivisionPass`): the eval-mode pass, one
+mixture per network on the chosen column (:func:`~ncl.division.co_divide.gmm_probabilities`;
+rank 0's fit broadcast, :func:`fit_mixtures`), then ``accept_division``.
+:class:`GMMDivision` runs it one epoch ahead and at the epoch's start as a fallback
+(:class:`~ncl.callbacks.epoch_pass.EpochPassCallback`). A method whose training loader depends
+on the division (NCR's batch plan, L2RM's; built before any epoch-start hook) calls
+:func:`divide_if_due` itself when it builds the loader; the result is the same whichever runs
+first.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import lightning as L
 import torch
 from torch import Tensor
 
-from ncl.callbacks.protocols import GMMDivisible, GMMSpec, PerSampleSource
-from ncl.data.contracts import retrieval_data
-from ncl.errors import ConfigError
+from ncl.callbacks.epoch_pass import EpochPassCallback, run_epoch_pass
+from ncl.callbacks.protocols import GMMDivisible, GMMSpec, PassSpec, PerSampleSource
 from ncl.division.beta_mixture import beta_clean_probability
 from ncl.division.co_divide import gmm_probabilities
+from ncl.errors import ConfigError
 from ncl.training.distributed import broadcast_
-from ncl.training.passes import run_pass
-from ncl.training.schedule import has_epoch
 
 
 @runtime_checkable
 class DivisibleMethod(GMMDivisible, PerSampleSource, Protocol):
     """A method :func:`divide_if_due` can divide for: its networks and the division protocol."""
+
+
+@dataclass
+class DivisionPass:
+    """A method's division as an :class:`~ncl.callbacks.protocols.EpochPass`: the pass's
+    values, one mixture per network on ``GMMSpec.column``, then ``accept_division``."""
+
+    method: GMMDivisible
+    description: str = "division pass"
+    _gmm: GMMSpec = field(default_factory=GMMSpec)  # the mixture of the latest spec
+
+    def due(self, epoch: int) -> bool:
+        return self.method.division_due(epoch)
+
+    def spec(self, epoch: int) -> PassSpec:
+        spec, self._gmm = self.method.division_pass(epoch)
+        return spec
+
+    def accept(self, epoch: int, values: Tensor) -> None:
+        column = values if values.dim() == 2 else values[..., self._gmm.column]  # (K, N)
+        self.method.accept_division(epoch, values, fit_mixtures(column, self._gmm))
 
 
 def divide_if_due(trainer: L.Trainer, method: DivisibleMethod, epoch: int) -> bool:
@@ -50,16 +64,7 @@ def divide_if_due(trainer: L.Trainer, method: DivisibleMethod, epoch: int) -> bo
     Returns:
         Whether a division was made now.
     """
-    if not method.division_due(epoch):
-        return False
-    spec, gmm = method.division_pass(epoch)
-    data = retrieval_data(trainer, type(method).__name__)
-    values = run_pass(spec, method.nets, data.train_pairs(), epoch, method.device,
-                      trainer.global_rank, trainer.world_size, data.num_workers,
-                      description="division pass").cpu()  # (K, N, ...)
-    column = values if values.dim() == 2 else values[..., gmm.column]  # (K, N)
-    method.accept_division(epoch, values, fit_mixtures(column, gmm))
-    return True
+    return run_epoch_pass(trainer, method, DivisionPass(method), epoch)
 
 
 def fit_mixtures(values: Tensor, gmm: GMMSpec) -> Tensor:
@@ -84,16 +89,11 @@ def _divisible(pl_module: L.LightningModule) -> DivisibleMethod:
     return pl_module
 
 
-class GMMDivision(L.Callback):
+class GMMDivision(EpochPassCallback):
     """Makes the division an epoch trains on: one epoch ahead, or at its start if missing."""
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         _divisible(pl_module)  # one clear error before training instead of one in a hook
 
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        divide_if_due(trainer, _divisible(pl_module), trainer.current_epoch)
-
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        following = trainer.current_epoch + 1
-        if has_epoch(trainer.max_epochs, following):
-            divide_if_due(trainer, _divisible(pl_module), following)
+    def epoch_pass(self, pl_module: L.LightningModule) -> DivisionPass:
+        return DivisionPass(_divisible(pl_module))

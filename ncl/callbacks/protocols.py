@@ -7,6 +7,9 @@ the mixture fit, the update, the re-initialisation) and hand the result to the m
 owns the state (checkpointed with its training state, identical on every rank).
 
 * :class:`PerSampleSource` - what any per-sample pass over the training set needs.
+* :class:`EpochPass` - one per-epoch pass over the training set and what takes its result
+  (:mod:`ncl.callbacks.epoch_pass`); the division and the per-epoch refinement below are each
+  turned into one by their callback.
 * :class:`GMMDivisible` - :class:`~ncl.callbacks.division.GMMDivision` (NCR/LNC co-divide,
   ReCon's first stage): which epochs need a division, the pass that feeds the mixture, and
   what the method does with the clean probabilities.
@@ -28,7 +31,7 @@ from torch import Tensor, nn
 from ncl.training.passes import PassSpec, PerSampleFn
 from ncl.training.state import PerSampleState
 
-__all__ = ["Diagnosable", "EpochDiagnostics", "EpochRefinable", "GMMDivisible", "GMMSpec", "LabelView", "LossView",
+__all__ = ["Diagnosable", "EpochDiagnostics", "EpochPass", "EpochRefinable", "GMMDivisible", "GMMSpec", "LabelView", "LossView",
            "PassSpec", "PerSampleFn", "PerSampleSource", "Refinable", "net_names"]
 
 Mixture = Literal["gaussian", "beta"]
@@ -71,6 +74,25 @@ class PerSampleSource(Protocol):
 
     @property
     def training_seed(self) -> int: ...
+
+
+class EpochPass(Protocol):
+    """A pass over the training set made for one epoch, then its result accepted (run by
+    :func:`~ncl.callbacks.epoch_pass.run_epoch_pass` at the end of the previous epoch, or at
+    the epoch's start if missing). Built by a callback from the method's own protocol:
+    :class:`GMMDivisible` (the values feed a mixture first) or :class:`EpochRefinable`."""
+
+    description: str
+    """What the pass is, for its progress bar (``"division pass"``)."""
+
+    def due(self, epoch: int) -> bool:
+        """Whether epoch ``epoch`` needs a result the method does not hold yet."""
+
+    def spec(self, epoch: int) -> PassSpec:
+        """The per-sample function, networks, batches and shuffle of the pass."""
+
+    def accept(self, epoch: int, values: Tensor) -> None:
+        """Take the ``(K, N)`` (or ``(K, N, C)``) CPU values, identical on every rank."""
 
 
 @runtime_checkable

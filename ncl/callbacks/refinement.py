@@ -12,30 +12,45 @@ its training state) and states what moves it through :class:`~ncl.callbacks.prot
   ``rule(old, values)`` into row ``row`` at ``index``. The table all-gathers every rank's
   ``(index, values)`` and applies them in rank order, so every rank holds the same table after
   every step (:meth:`~ncl.training.state.PerSampleState.scatter`);
-* per epoch (``refinement_when() == "epoch"``), ``on_train_epoch_end`` of epoch ``e - 1``:
-  when ``refinement_due(e)``, the eval-mode pass ``refinement_pass(e)`` over the whole training
-  set (:func:`~ncl.training.passes.run_pass`) and ``accept_refinement(e, values)``. Lightning
-  runs the checkpoint callbacks after the other callbacks' epoch-end hooks, so the checkpoint of
-  epoch ``e - 1`` already holds epoch ``e``'s table. ``on_train_epoch_start`` of ``e`` does the
-  same as a fallback (a checkpoint written before the epoch-end hook, a run whose
-  ``max_epochs`` was raised on resume); ``refinement_due`` is false once the method holds the
-  epoch's values, so the two hooks never refine twice, and both see the same weights.
+* per epoch (``refinement_when() == "epoch"``): the per-epoch pass of
+  :mod:`ncl.callbacks.epoch_pass` (:class:`RefinementPass`): when ``refinement_due(e)``, the
+  eval-mode pass ``refinement_pass(e)`` over the whole training set and
+  ``accept_refinement(e, values)``, at the end of epoch ``e - 1`` (so its checkpoint holds
+  epoch ``e``'s table) or, as a fallback, at the start of ``e``; never twice.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, cast
 
 import lightning as L
+from torch import Tensor
 
-from ncl.callbacks.protocols import EpochRefinable, Refinable
-from ncl.data.contracts import retrieval_data
+from ncl.callbacks.epoch_pass import EpochPassCallback
+from ncl.callbacks.protocols import EpochRefinable, PassSpec, Refinable
 from ncl.errors import ConfigError
-from ncl.training.passes import run_pass
-from ncl.training.schedule import has_epoch
 
 
-class MomentumRefinement(L.Callback):
+@dataclass
+class RefinementPass:
+    """A per-epoch refinement as an :class:`~ncl.callbacks.protocols.EpochPass`: the method's
+    ``refinement_pass`` and ``accept_refinement`` with the ``(N,)`` or ``(N, C)`` values."""
+
+    method: EpochRefinable
+    description: str = "refinement pass"
+
+    def due(self, epoch: int) -> bool:
+        return self.method.refinement_due(epoch)
+
+    def spec(self, epoch: int) -> PassSpec:
+        return self.method.refinement_pass(epoch)
+
+    def accept(self, epoch: int, values: Tensor) -> None:
+        self.method.accept_refinement(epoch, values[0])  # one network's values
+
+
+class MomentumRefinement(EpochPassCallback):
     """Moves a :class:`~ncl.callbacks.protocols.Refinable` method's per-sample table."""
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -55,22 +70,7 @@ class MomentumRefinement(L.Callback):
         row, index, values = refine  # (), (B,), (B,): this rank's batch
         method.refinement_table().scatter(row, index, values, method.refinement_rule())
 
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._refine(trainer, pl_module, trainer.current_epoch)
-
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        following = trainer.current_epoch + 1
-        if has_epoch(trainer.max_epochs, following):
-            self._refine(trainer, pl_module, following)
-
-    @staticmethod
-    def _refine(trainer: L.Trainer, pl_module: L.LightningModule, epoch: int) -> None:
-        """Epoch ``epoch``'s table from a pass with the current weights, if it is due."""
+    def epoch_pass(self, pl_module: L.LightningModule) -> RefinementPass | None:
+        """The per-epoch pass of a method whose table moves per epoch (none per step)."""
         method = cast(EpochRefinable, pl_module)  # checked in setup
-        if method.refinement_when() != "epoch" or not method.refinement_due(epoch):
-            return
-        data = retrieval_data(trainer, type(pl_module).__name__)
-        values = run_pass(method.refinement_pass(epoch), pl_module.nets, data.train_pairs(), epoch,
-                          pl_module.device, trainer.global_rank, trainer.world_size,
-                          data.num_workers, description="refinement pass")
-        method.accept_refinement(epoch, values[0].cpu())  # (N,) or (N, C), identical on every rank
+        return RefinementPass(method) if method.refinement_when() == "epoch" else None

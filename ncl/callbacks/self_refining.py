@@ -24,7 +24,7 @@ exactly as the uninterrupted run did. Use it from the command line on any method
     ncl fit --config configs/quickstart.yaml --trainer.callbacks+=ncl.callbacks.SelfRefining \\
         --trainer.callbacks.pieces=[2,2] --trainer.max_epochs=4
 
-CRCL attaches it itself from ``model.pieces`` (:meth:`ncl.methods.crcl.CRCL.configure_callbacks`).
+CRCL attaches it itself from ``model.pieces`` (:meth:`ncl.methods.crcl.CRCL.method_callbacks`).
 Manual-optimisation methods (NCR/LNC) set their learning rates from the same ``LambdaLR``
 factors at every epoch start (:meth:`~ncl.methods.base.RetrievalMethod.apply_lr_factor`), so
 they see the restarted schedule too.

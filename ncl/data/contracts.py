@@ -81,6 +81,10 @@ class RetrievalData(Protocol, metaclass=_StaticProtocolMeta):
 
     data_dir: Path
     """Where the features live (for messages only)."""
+    noise_ratio: float
+    """Fraction of the training pairs the DataModule's synthetic noise re-pairs (0: none, also
+    for data whose noise is real, CC152K). L2RM masks a caption's own image only when it is not
+    0 (the official rule)."""
 
     val_data: Any
     """The validation split (``PrecompSplit``-like) after ``setup("fit")``/``"validate"``,
@@ -109,6 +113,12 @@ class RetrievalData(Protocol, metaclass=_StaticProtocolMeta):
     def train_pairs(self) -> Dataset:
         """The noisy training pairs after ``setup("fit")``, never augmented: item ``c`` is
         ``{image (R, D) float32, tokens (L,) int64, index c}``, ``len`` = N_cap."""
+
+    def train_images(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(paired, written_for)``, each ``(N_cap,)`` int64, after ``setup("fit")``: the image
+        each training caption is paired with (the noisy pairing ``train_pairs`` serves) and
+        the image it was written for (its ground truth; diagnostics only, and only when
+        :func:`clean_mask_known`)."""
 
     def use_train_plan(self, plan: Callable[[Dataset], Iterable] | None) -> None:
         """Let the method build the training loader: ``train_dataloader()`` then returns

@@ -222,6 +222,12 @@ class PrecompDataModule(TrainLoader, NoiseRecord, StartChecks, PredictSplit, L.L
             raise RuntimeError("call setup('fit') first")
         return PairDataset(self.train_split, self.noise.cap2img)
 
+    def train_images(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(paired, written_for)`` image of every training caption (RetrievalData)."""
+        pairs = self.train_pairs()
+        written_for = np.arange(len(pairs), dtype=np.int64) // int(pairs.split.im_div)
+        return np.asarray(pairs.cap2img, dtype=np.int64), written_for
+
     def state_dict(self) -> dict[str, Any]:
         """The shuffle seed actually used, so that a resumed run keeps it, and the training
         noise (SHA-256, pairing digest and registry name), so that ``ncl test`` of the

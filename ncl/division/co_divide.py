@@ -6,7 +6,8 @@
   division.
 * NCR/LNC's co-divide (spec 4.2.3-4.2.5): :func:`mean_hinge` (the per-sample loss of the pass),
   :func:`split_clean` (the clean/noisy threshold), :func:`abandon_mask` (LNC's Randomly Noise
-  Abandon, Eq. 7) and the :class:`Division` the method keeps in its training state.
+  Abandon, Eq. 7), the :class:`Division` the method keeps in its training state (L2RM's and
+  ReCon's too) and :func:`co_rectify`, the targets a network trains on with its peer's division.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ import torch
 from torch import Tensor, nn
 
 from ncl.division.abandon import noise_abandon_mask
+from ncl.division.prediction import PredictionForm, memorization_prediction
+from ncl.division.rectify import rectify_by_mode, rectify_noisy_labels
 from ncl.division.gmm import gmm_clean_probability
 from ncl.division.split import CleanRule, split_by_probability
-from ncl.losses.triplet import triplet_loss
+from ncl.losses.triplet import NcrMarginMode, triplet_loss
 from ncl.models.contracts import forward_batch
+from ncl.training.passes import eval_mode
 
 #: ``(net, batch) -> (B,)`` per-sample values (:class:`ncl.training.passes.PassSpec`'s ``fn``).
 PerSampleFn = Callable[[nn.Module, dict[str, Tensor]], Tensor]
@@ -30,12 +34,16 @@ PerSampleFn = Callable[[nn.Module, dict[str, Tensor]], Tensor]
 
 @dataclass
 class Division:
-    """The co-divide made for one epoch (before its first batch).
+    """A division of the training set made for one epoch (before its first batch): the record
+    NCR/LNC's co-divide, L2RM's Beta-mixture division and ReCon's three-way division
+    (:class:`~ncl.division.three_way.ThreeWayDivision`, which adds its subsets) share. CPU
+    tensors, identical on every rank, checkpointed through :meth:`state`.
 
     Attributes:
         epoch: the (Lightning) epoch it was made for.
-        losses: ``(K, N)`` raw per-sample losses of each network (spec 4.2.4).
-        prob: ``(K, N)`` clean probability ``w`` from each network's losses (LNC Eq. 3).
+        losses: ``(K, N)`` raw per-sample values each network's mixture was fitted on (NCR's
+            mean hinge, spec 4.2.4; ReCon's ``l^CM``); ``K = 1`` for a one-network method.
+        prob: ``(K, N)`` clean probability from each network's mixture (LNC Eq. 3).
         clean: ``(K, N)`` bool predicted-clean masks (threshold + official fallback).
         keep: ``(N,)`` bool warm-up keep mask of Randomly Noise Abandon, or ``None``.
     """
@@ -49,6 +57,11 @@ class Division:
     def state(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "losses": self.losses, "prob": self.prob,
                 "clean": self.clean, "keep": self.keep}
+
+    @classmethod
+    def from_state(cls, saved: dict[str, Any] | None) -> Division | None:
+        """The record :meth:`state` wrote (``None`` stays ``None``)."""
+        return None if saved is None else cls(**saved)
 
 
 def mean_hinge(margin: float) -> PerSampleFn:
@@ -106,3 +119,31 @@ def abandon_mask(prob: Tensor, epoch: int, seed: int, fraction: float = 0.5,
     noisy = prob.cpu() < threshold  # (2, N)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return noise_abandon_mask(noisy[0], noisy[1], fraction, generator=generator)
+
+
+def co_rectify(net: nn.Module, peer: nn.Module, w: Tensor, labelled: dict[str, Tensor],
+               unlabelled: dict[str, Tensor] | None, margin: float, form: PredictionForm,
+               mode: NcrMarginMode) -> tuple[Tensor, Tensor | None]:
+    """Co-rectify (LNC Eq. 8-9; spec 4.2.6 step 1): both networks in eval mode, no gradient.
+
+    Args:
+        net, peer: the network that trains and its peer (whose division ``w`` comes from).
+        w: ``(B_l,)`` the peer's clean probabilities of the labelled batch.
+        labelled, unlabelled: collated batches (``unlabelled`` may be ``None``).
+        margin, form: of the memorisation prediction ``P`` (Eq. 9).
+        mode: ``ncr_margin_mode`` (:func:`~ncl.division.rectify.rectify_by_mode`).
+
+    Returns:
+        The labelled targets ``(B_l,)`` (``(B_l, B_l)`` for ``official_2023``) and the
+        unlabelled targets ``(B_u,)`` (``(P^A + P^B) / 2``) or ``None``, clamped to [0, 1].
+    """
+    def predict(batch: dict[str, Tensor], model: nn.Module) -> Tensor:  # P of Eq. 9, (B,)
+        return memorization_prediction(forward_batch(model, batch), margin, form)
+
+    with torch.no_grad(), eval_mode(net, peer):
+        p_l = predict(labelled, net)
+        target_l = rectify_by_mode(mode, w.to(p_l.dtype), p_l)
+        target_u = None
+        if unlabelled is not None:
+            target_u = rectify_noisy_labels(predict(unlabelled, net), predict(unlabelled, peer))
+    return target_l.clamp(0, 1), None if target_u is None else target_u.clamp(0, 1)

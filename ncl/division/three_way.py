@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from ncl.division._checks import check_finite, check_same_shape, check_unit_interval, check_vector
+from ncl.division.co_divide import Division
 from ncl.division.momentum import momentum_update
 from ncl.losses.recon import SUBSET_CLEAN, SUBSET_LOCAL, SUBSET_NOISY
 
@@ -193,34 +194,54 @@ class ThreeWayConfig:
                                  f"got {getattr(self, name)!r}")
 
 
-@dataclass
-class ThreeWayDivision:
-    """The division made for one epoch (tensors on the CPU, identical on every rank).
+@dataclass(kw_only=True)
+class ThreeWayDivision(Division):
+    """The division made for one epoch (tensors on the CPU, identical on every rank): the shared
+    :class:`~ncl.division.co_divide.Division` record of one network (``losses`` ``(1, N)``:
+    ``l^CM``, ``y = 1``, the GMM was fitted on; ``prob`` ``(1, N)``: ``y^CM``, Eq. 6;
+    ``clean`` ``(1, N)``: not in ``D_n``) and ReCon's own.
 
     Attributes:
-        epoch: the epoch it was made for.
-        cm_loss: (N,) per-sample ``l^CM`` (``y = 1``) the GMM was fitted on.
         im_loss: (N,) per-sample ``L_IM``.
         prediction: (N,) average matching probability ``p`` (Eq. 10).
-        clean_prob: (N,) ``y^CM`` (Eq. 6).
         discrepancy: (N,) ``y^IM`` (Eq. 7).
         subset: (N,) int8 subset codes (Eq. 8).
         penalty: (N,) ``lambda`` (Eq. 9; used on ``D_l`` only).
         labels: (N,) ``y_hat`` (Eq. 11).
     """
 
-    epoch: int
-    cm_loss: Tensor
     im_loss: Tensor
     prediction: Tensor
-    clean_prob: Tensor
     discrepancy: Tensor
     subset: Tensor
     penalty: Tensor
     labels: Tensor
 
+    @property
+    def cm_loss(self) -> Tensor:
+        """(N,) ``l^CM``, the values of the GMM."""
+        return self.losses[0]
+
+    @property
+    def clean_prob(self) -> Tensor:
+        """(N,) ``y^CM`` (Eq. 6)."""
+        return self.prob[0]
+
     def state(self) -> dict[str, Any]:
         return dict(vars(self))
+
+    @classmethod
+    def from_state(cls, saved: dict[str, Any] | None) -> ThreeWayDivision | None:
+        """The record :meth:`state` wrote, also by ncl before the shared record (``cm_loss``
+        and ``clean_prob`` ``(N,)``, no ``losses``/``prob``/``clean``)."""
+        if saved is None:
+            return None
+        saved = dict(saved)
+        if "cm_loss" in saved:
+            saved["losses"] = saved.pop("cm_loss").reshape(1, -1)
+            saved["prob"] = saved.pop("clean_prob").reshape(1, -1)
+            saved["clean"] = (saved["subset"] != SUBSET_NOISY).reshape(1, -1)
+        return cls(**saved)
 
     def sizes(self) -> dict[str, int]:
         """``{"clean", "local", "noisy"}``: the sizes of ``D_c``, ``D_l``, ``D_n``."""
@@ -252,9 +273,10 @@ def divide_three_way(epoch: int, cm_loss: Tensor, im_loss: Tensor, prediction: T
     previous = (initial_pseudo_labels(prediction, clean_prob, config.pseudo_init)
                 if previous_pseudo is None else previous_pseudo)
     pseudo = update_pseudo_labels(previous, prediction, subset, config.beta, config.pseudo_scope)
-    division = ThreeWayDivision(epoch=epoch, cm_loss=cm_loss, im_loss=im_loss,
-                                prediction=prediction, clean_prob=clean_prob,
-                                discrepancy=discrepancy, subset=subset,
+    division = ThreeWayDivision(epoch=epoch, losses=cm_loss.reshape(1, -1),
+                                prob=clean_prob.reshape(1, -1),
+                                clean=(subset != SUBSET_NOISY).reshape(1, -1), im_loss=im_loss,
+                                prediction=prediction, discrepancy=discrepancy, subset=subset,
                                 penalty=penalty_factor(discrepancy, config.alpha),
                                 labels=final_labels(subset, pseudo))
     return division, pseudo

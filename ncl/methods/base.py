@@ -1,7 +1,9 @@
 """The base of every retrieval method (spec 4.1, 5): networks, optimiser and step schedule,
 evaluation steps feeding :class:`~ncl.evaluation.metric.RetrievalEvaluation`, model selection
 (:mod:`ncl.evaluation.selection`); seed and training state for exact resumes come from
-:class:`~ncl.methods.resumable.Resumable`. A method adds the rest."""
+:class:`~ncl.methods.resumable.Resumable`; warm-up, learning-rate schedule, callbacks, manual
+clipping and training plans from :class:`~ncl.methods.skeleton.TrainingSkeleton`. A method adds
+the rest."""
 
 from __future__ import annotations
 
@@ -25,9 +27,9 @@ from ncl.evaluation.nonfinite import EvalSite, check_finite_loss
 from ncl.evaluation.protocol import Protocol
 from ncl.evaluation.selection import check_selection_monitor
 from ncl.methods.resumable import Resumable
+from ncl.methods.skeleton import TrainingSkeleton
 from ncl.models.contracts import encode_images
 from ncl.training.distributed import average_gradients, broadcast_buffers_
-from ncl.training.schedule import step_decay
 
 BackboneFactory = Callable[[int], nn.Module]
 
@@ -37,7 +39,7 @@ def default_optimizer(params: Any) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=2e-4)
 
 
-class RetrievalMethod(Resumable, L.LightningModule):
+class RetrievalMethod(Resumable, TrainingSkeleton, L.LightningModule):
     """Base LightningModule for image-text retrieval methods.
 
     Args:
@@ -51,6 +53,8 @@ class RetrievalMethod(Resumable, L.LightningModule):
         n_networks: independent networks built from ``backbone`` (2 for co-teaching).
         select_warmup: whether a warm-up epoch may become the best checkpoint (false: its
             ``val/rsum_selected`` is -1; see :meth:`selectable`).
+        diagnostics: attach :class:`~ncl.callbacks.diagnostics.Diagnostics`, which logs what
+            :meth:`epoch_diagnostics` reports every epoch (divisions, labels).
     """
 
     network_names: tuple[str, ...] = ("net",)
@@ -58,7 +62,7 @@ class RetrievalMethod(Resumable, L.LightningModule):
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
                  grad_clip: float = 2.0, eval_shard_size: int = 1000, n_networks: int = 1,
-                 select_warmup: bool = False) -> None:
+                 select_warmup: bool = False, diagnostics: bool = True) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["backbone", "optimizer"])  # a subclass's options too
         if n_networks < 1:
@@ -91,17 +95,12 @@ class RetrievalMethod(Resumable, L.LightningModule):
         check_features_fit(getattr(self.trainer, "datamodule", None),
                            dict(zip(self.network_names, self.nets)))
 
-    def lr_factor(self, epoch: int) -> float:
-        """Learning-rate multiplier of ``epoch`` (``LambdaLR``): the step schedule (spec 4.1)."""
-        return step_decay(epoch, self.hparams.lr_update)
-
     def configure_optimizers(self) -> Any:
-        """One optimiser per network, each with ``LambdaLR(lr_factor)`` stepped per epoch."""
-        configs = []
-        for net in self.nets:
-            opt = self.optimizer_factory(net.parameters())
-            sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)
-            configs.append({"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}})
+        """One optimiser per network, then the method's :meth:`extra_optimizers`, each with
+        ``LambdaLR(lr_factor)`` stepped per epoch."""
+        opts = [self.optimizer_factory(net.parameters()) for net in self.nets] + self.extra_optimizers()
+        configs = [{"optimizer": opt, "lr_scheduler": {"interval": "epoch", "scheduler":
+                    torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)}} for opt in opts]
         return configs[0] if len(configs) == 1 else configs
 
     def apply_lr_factor(self) -> None:
@@ -116,7 +115,8 @@ class RetrievalMethod(Resumable, L.LightningModule):
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer,
                                     gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
-        """Clip the global norm at ``grad_clip`` (the official scripts' ``clip_grad_norm_``)."""
+        """Clip the global norm at ``grad_clip`` (the official scripts' ``clip_grad_norm_``);
+        automatic optimisation (manual: :meth:`TrainingSkeleton.on_before_optimizer_step`)."""
         if self.hparams.grad_clip > 0:
             self.clip_gradients(optimizer, gradient_clip_val=self.hparams.grad_clip,
                                 gradient_clip_algorithm="norm")
@@ -149,6 +149,9 @@ class RetrievalMethod(Resumable, L.LightningModule):
         self.reseed_epoch()
         if not self.automatic_optimization:
             self.apply_lr_factor()
+        if self.logs_lr_factor:
+            self.log("train/lr_factor", self.lr_factor(self.current_epoch), on_step=False,
+                     on_epoch=True, sync_dist=True)
 
     def log_train(self, values: dict[str, Tensor | float], batch_size: int) -> None:
         self.log_dict({f"train/{k}": v for k, v in values.items()}, on_step=True,
@@ -195,11 +198,6 @@ class RetrievalMethod(Resumable, L.LightningModule):
     def on_fit_start(self) -> None:
         """Warn if a best checkpoint monitors ``val/rsum`` while some epochs are excluded."""
         check_selection_monitor(self.trainer, self.selectable)
-
-    def is_warmup_epoch(self, epoch: int) -> bool:
-        """Whether ``epoch`` is a warm-up epoch (none here): validated, selected only with
-        ``select_warmup`` (the official codes select among the main epochs, spec 4.2.3, 5.5)."""
-        return False
 
     def selectable(self, epoch: int) -> bool:
         """Whether ``epoch`` may be the best checkpoint; a method may narrow it (call this)."""

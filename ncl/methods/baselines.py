@@ -102,7 +102,8 @@ class Triplet(_Baseline):
         margin: the hinge margin (0.2).
         negatives: ``hardest`` (VSE++, max over in-batch negatives) or ``sum``.
         warmup_epochs: epochs of summed negatives before switching to ``negatives``
-            ("SGR*" uses a few epochs of warm-up with hardest negatives afterwards).
+            ("SGR*" uses a few epochs of warm-up with hardest negatives afterwards). They are
+            warm-up epochs for model selection too: selected only with ``select_warmup``.
     """
 
     spec: ClassVar[MethodSpec] = MethodSpec(
@@ -135,7 +136,7 @@ class Triplet(_Baseline):
 
     def loss(self, sims: Tensor) -> Tensor:
         hp = self.hparams
-        negatives = "sum" if self.current_epoch < hp.warmup_epochs else hp.negatives
+        negatives = "sum" if self.is_warmup_epoch(self.current_epoch) else hp.negatives
         return triplet_loss(sims, margin=hp.margin, negatives=negatives).sum()
 
 

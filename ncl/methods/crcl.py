@@ -24,7 +24,6 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 
-from ncl.callbacks.diagnostics import Diagnostics
 from ncl.division.stats import CLEAN_AT, label_stats
 from ncl.callbacks.protocols import EpochDiagnostics, LabelView, RefineWhen
 from ncl.callbacks.refinement import MomentumRefinement
@@ -96,28 +95,18 @@ class CRCL(RetrievalMethod):
             only epochs of the last piece the run reaches; others log -1).
         estimate_batch_size: batch size of the paper rule's estimate pass (``None``: the
             training batch size, the batches ``p_hat`` is defined over).
-        diagnostics: log the label diagnostics every epoch.
     """
 
     spec: ClassVar[MethodSpec] = MethodSpec(
-        # 14 epochs as three self-refining pieces (labels frozen for the first 3 epochs of each),
-        # with its official training augmentation; docs/methods/crcl.md.
-        # synthetic-small: one piece of 8 epochs, labels frozen for the first 3 (the same 939
-        # steps as every other method's warm-up). The first grid (seed 0) ran two pieces of 4
-        # epochs with 2 frozen: the labels were written from a model at validation rSum 118
-        # (4,320 of 5,000 clean labels zeroed at 0 %) and the second piece, restarted from
-        # scratch, ended near where the first had got to (clean: 457 at epoch 3, 445 at epoch
-        # 7); docs/results.md, "Multi-seed reproduction".
+        # benchmark: 14 epochs as three pieces, labels frozen 3 epochs each, the official
+        # augmentation; synthetic-small: one piece of 8, 3 frozen (why: docs/results.md,
+        # "Multi-seed reproduction").
         rows=(Row("crcl", "CRCL-{}", order=80, paper_config="crcl_{bb}_{ds}", divides="labels",
                   detection_after="freeze_epochs",
                   overrides=("--model=ncl.methods.crcl.CRCL", "--model.pieces=[5, 5, 4]",
                              "--model.freeze_epochs=3", "--data.augment=ncl.data.augment.CaptionRegionAugment"),
                   small=("--model.pieces=[8]", "--model.freeze_epochs=3")),),
-        # CRCL's configs use AdamW. When the reference was recorded they stated weight_decay
-        # 0.01, and jsonargparse carries a stated value over when --model.optimizer switches the
-        # class, so those runs trained Adam with weight decay 0.01. The composed configs no
-        # longer restate AdamW's default, so the switch now gives Adam's own 0.0: the cases name
-        # the value they were recorded with.
+        # recorded as Adam with weight decay 0.01 (the AdamW value the configs then stated)
         regression={f"crcl_{rule}": RegressionCase("crcl_sgr_f30k.yaml", (
             *TINY_RUN_ARGS, "--model.optimizer.weight_decay=0.01", "--model.pieces=[2,2]",
             "--model.freeze_epochs=1", f"--model.rule={rule}", "--data.augment=null"))
@@ -130,8 +119,7 @@ class CRCL(RetrievalMethod):
                  tau: float = 0.05, weight: float = 5.0, q: float | None = None,
                  form: AclForm = "official", rule: CorrectionRule = "official",
                  momentum: float = 0.8, threshold: float = 0.1, selection: Selection = "all",
-                 estimate_batch_size: int | None = None, diagnostics: bool = True,
-                 **kwargs: Any) -> None:
+                 estimate_batch_size: int | None = None, **kwargs: Any) -> None:
         _check_args(freeze_epochs, rule, tau, weight, q, momentum, threshold, estimate_batch_size)
         try:
             schedule = PieceSchedule(tuple(pieces))
@@ -147,12 +135,9 @@ class CRCL(RetrievalMethod):
         self.start_labels: dict[int, Tensor] = {}  # diagnostics: y_hat at the last epoch starts
 
     # ------------------------------------------------------------------ Lightning wiring
-    def configure_callbacks(self) -> list[L.Callback]:
-        """Self-refining pieces, label diagnostics, label correction."""
-        callbacks: list[L.Callback] = [SelfRefining(list(self.schedule.lengths))]
-        if self.hparams.diagnostics:
-            callbacks.append(Diagnostics())
-        return [*callbacks, MomentumRefinement()]
+    def method_callbacks(self) -> list[L.Callback]:
+        """Self-refining pieces, label correction (label diagnostics: the base's ``diagnostics``)."""
+        return [SelfRefining(list(self.schedule.lengths)), MomentumRefinement()]
 
     def setup(self, stage: str) -> None:
         """For ``fit``: the label table (all ones, unless a checkpoint restores it afterwards)

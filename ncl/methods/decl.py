@@ -29,14 +29,13 @@ rank batches of the same sizes).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 
-from ncl.callbacks.diagnostics import Diagnostics
 from ncl.callbacks.protocols import EpochDiagnostics, LabelView, PassSpec, RefineWhen
 from ncl.callbacks.refinement import MomentumRefinement
 from ncl.data.contracts import retrieval_data
@@ -53,13 +52,11 @@ from ncl.losses.decl import (
 )
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
 from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
+from ncl.methods.skeleton import LrSchedule, check_ranges
 from ncl.metrics.noise_detection import detection_metrics
 from ncl.models.contracts import forward_logits
-from ncl.training.schedule import step_decay
 from ncl.training.state import PerSampleState, overwrite
 from ncl.streams import declare_stream
-
-LrSchedule = Literal["after_warmup", "global"]
 
 #: Stream id of the prediction pass's shuffle (:mod:`ncl.streams`).
 PREDICTION_STREAM = declare_stream(41, "decl.prediction")
@@ -106,7 +103,6 @@ class DECL(RetrievalMethod):
             batch size, as the official code, which predicts over the training loader).
         lr_schedule: ``after_warmup`` (official: the warm-up runs at lr0, then the step
             schedule counts the epochs after it) or ``global``.
-        diagnostics: log the prediction (and its detection quality, with ground truth).
     """
 
     spec: ClassVar[MethodSpec] = MethodSpec(
@@ -143,8 +139,7 @@ class DECL(RetrievalMethod):
                  hardness_batch_size: int | None = 128, hardness_counts_warmup: bool = True,
                  rdh_reduction: RdhReduction = "sum", kl_anneal_epochs: int = 0,
                  prediction_batch_size: int | None = None,
-                 lr_schedule: LrSchedule = "after_warmup", diagnostics: bool = True,
-                 **kwargs: Any) -> None:
+                 lr_schedule: LrSchedule = "after_warmup", **kwargs: Any) -> None:
         super().__init__(vocab_size, backbone, optimizer=optimizer, lr_update=lr_update,
                          n_networks=1, **kwargs)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
@@ -159,12 +154,9 @@ class DECL(RetrievalMethod):
         self.steps = 0  # training steps taken (the official ``model.step``)
         self.main_steps = 0  # of them, after the warm-up
 
-    def configure_callbacks(self) -> list[L.Callback]:
-        """The per-epoch prediction pass, then its diagnostics."""
-        callbacks: list[L.Callback] = [MomentumRefinement()]
-        if self.hparams.diagnostics:
-            callbacks.append(Diagnostics())
-        return callbacks
+    def method_callbacks(self) -> list[L.Callback]:
+        """The per-epoch prediction pass (its diagnostics: the base's ``diagnostics`` option)."""
+        return [MomentumRefinement()]
 
     def setup(self, stage: str) -> None:
         """For ``fit``: the prediction table (all clean until the first prediction)."""
@@ -174,15 +166,6 @@ class DECL(RetrievalMethod):
         n = len(retrieval_data(self.trainer, "DECL").train_pairs())
         if not self.predictions.ready or self.predictions.num_samples != n:
             self.predictions.reset(n)
-
-    def is_warmup_epoch(self, epoch: int) -> bool:
-        return epoch < self.hparams.warmup_epochs
-
-    def lr_factor(self, epoch: int) -> float:
-        """The step schedule, counting the epochs after the warm-up (official) or all."""
-        hp = self.hparams
-        start = 0 if hp.lr_schedule == "global" else hp.warmup_epochs
-        return step_decay(epoch, hp.lr_update, start)
 
     # ------------------------------------------------------------------ prediction (EpochRefinable)
     def refinement_table(self) -> PerSampleState:
@@ -271,12 +254,6 @@ class DECL(RetrievalMethod):
                         "predicted_clean": clean.float().mean()},
                        batch_size=size)
 
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Clip the global gradient norm at ``grad_clip`` (spec 4.1), after any unscaling."""
-        if self.hparams.grad_clip > 0:
-            self.clip_gradients(optimizer, gradient_clip_val=self.hparams.grad_clip,
-                                gradient_clip_algorithm="norm")
-
     # ------------------------------------------------------------------ diagnostics
     def epoch_diagnostics(self, epoch: int, true_clean: Tensor | None) -> EpochDiagnostics:
         """The prediction epoch ``epoch`` trains with: its size, its detection quality against
@@ -314,15 +291,6 @@ def prediction_stats(pred_clean: Tensor, uncertainty: Tensor,
 
 def _check_ranges(hp: Any) -> None:
     """Raise ConfigError (a ValueError) naming the offending ``model.*`` option."""
-    for name, least in (("warmup_epochs", 0), ("mu", 1), ("kl_anneal_epochs", 0)):
-        if int(hp[name]) != hp[name] or hp[name] < least:
-            raise ConfigError(f"model.{name} must be an integer >= {least}, got {hp[name]}")
-    for name in ("margin", "tau"):
-        if not hp[name] > 0:
-            raise ConfigError(f"model.{name} must be > 0, got {hp[name]}")
-    for name in ("lambda1", "lambda2", "eta"):
-        if not hp[name] >= 0:
-            raise ConfigError(f"model.{name} must be >= 0, got {hp[name]}")
-    for name in ("hardness_batch_size", "prediction_batch_size"):
-        if hp[name] is not None and hp[name] < 2:
-            raise ConfigError(f"model.{name} must be >= 2 or null, got {hp[name]}")
+    check_ranges(hp, integers={"warmup_epochs": 0, "mu": 1, "kl_anneal_epochs": 0},
+                 positive=["margin", "tau"], nonnegative=["lambda1", "lambda2", "eta"],
+                 batch_sizes=["hardness_batch_size", "prediction_batch_size"])

@@ -25,17 +25,13 @@ time through ``configs/eval_sgraf_*.yaml``) and a small learned cost function.
      transport plan (:func:`~ncl.transport.partial_ot.partial_ot`) of the learned cost,
      each noisy caption's own image masked out.
 
-State (checkpointed): the division (clean mask and probabilities, the epoch it is for), the
-cost network (a submodule: in ``state_dict``, averaged gradients keep it identical on every
-rank) and the image queue. The queue is **per rank** under DDP: it holds this rank's last
-noisy batches, as it would in a single process of the rank's batch size (the transport is
-between a rank's own noisy captions and its own queue); the checkpoint keeps every rank's
-queue (gathered in :meth:`L2RM.on_save_checkpoint`) so that each rank resumes its own.
+State (checkpointed): the division (a :class:`~ncl.division.co_divide.Division` with one row),
+the cost network (a submodule, identical on every rank) and the image queue, per rank under DDP
+(:mod:`ncl.methods.l2rm_support`).
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, ClassVar, Literal
 
 import lightning as L
@@ -44,40 +40,27 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor
 
-from ncl.callbacks.diagnostics import Diagnostics
 from ncl.callbacks.division import GMMDivision, divide_if_due
-from ncl.callbacks.protocols import (
-    EpochDiagnostics,
-    GMMSpec,
-    LabelView,
-    LossView,
-    PassSpec,
-)
-from ncl.data.contracts import RetrievalData, retrieval_data
-from ncl.data.datasets import Batch, PairDataset, collate
-from ncl.division.co_divide import mean_hinge
-from ncl.division.detection import prefixed
-from ncl.errors import ConfigError, NclWarning
+from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, PassSpec
+from ncl.data.contracts import retrieval_data
+from ncl.data.datasets import Batch, PairDataset
+from ncl.division.co_divide import Division, mean_hinge
 from ncl.losses.l2rm import rce_warmup_loss, symmetric_kl_loss
 from ncl.losses.triplet import triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
+from ncl.methods.l2rm_support import (check_queue_fits, fill_queue,
+                                      gather_queue_indices, idle_plan, legacy_division,
+                                      masks_own_image, no_region_lengths, other_cost_width,
+                                      rematch_accuracy)
+from ncl.methods.reports import beta_division_report
+from ncl.methods.skeleton import check_ranges
 from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
-from ncl.metrics.noise_detection import detection_metrics
 from ncl.models.contracts import forward_batch
-from ncl.training.distributed import rank as process_rank
-from ncl.training.distributed import world_size
 from ncl.training.passes import eval_mode
-from ncl.training.plans import PlanLoader, Step, StepDataset, rematch_plan, warmup_plan
-from ncl.training.schedule import step_decay
+from ncl.training.plans import PlanLoader, StepDataset, rematch_plan, warmup_plan
 from ncl.streams import declare_stream
-from ncl.transport.cost import (
-    CostNetwork,
-    ImageQueue,
-    draw_key_points,
-    insert_key_points,
-    key_point_cost_loss,
-    own_image_mask,
-)
+from ncl.transport.cost import (CostNetwork, ImageQueue, draw_key_points, insert_key_points,
+                                key_point_cost_loss, own_image_mask)
 from ncl.transport.partial_ot import PartialPlan, partial_ot
 
 MaskOwnImage = Literal["auto", "on", "off"]
@@ -118,22 +101,18 @@ class L2RM(RetrievalMethod):
             iterations, tol 1e-2" alone).
         bmm_seed: seed of the mixture's k-means++ start (the official seeds numpy with 0).
         division_batch_size: batch of the division pass (``None``: the training batch size).
-        diagnostics: log the division's quality and the rematching's against the ground truth.
+        (``diagnostics``, the base's: the division's quality and the rematching's.)
     """
 
     spec: ClassVar[MethodSpec] = MethodSpec(
-        # docs/methods/l2rm.md: 5 warm-up epochs of its robust loss, then the Beta-mixture
-        # division and rematching; the queue as long as the batch (the official 128 = 128; 16
-        # in synthetic-small); everything else is its official default (tau 0.05, rho 0.1,
-        # reg 0.07, lr_cost 2e-6).
+        # 5 warm-up epochs, the queue as long as the batch (official 128 = 128), else defaults
         rows=(Row("l2rm", "L2RM-{}", order=120, warmup=True, paper_config="l2rm_{bb}_{ds}",
                   divides="beta division",
                   overrides=("--model=ncl.methods.l2rm.L2RM", f"--model.warmup_epochs={BENCHMARK_WARMUP}",
                              "--model.queue_length=64"),
                   small=("--model.queue_length=16",)),),
-        # a division carried across epochs, a cost network with its own optimiser, an image
-        # queue twice the batch (so the FIFO shift matters) and key points drawn per step;
-        # lr_cost raised so that the cost network moves visibly in a few steps
+        # state: division, cost network + optimiser, a queue of 2 batches (the FIFO shift
+        # matters), key points per step; lr_cost raised so the cost network moves visibly
         tiny={"l2rm": {"warmup_epochs": 1, "queue_length": 32, "lr_cost": 1e-3}},
         regression={"l2rm": RegressionCase("l2rm_sgr_f30k.yaml", (
             *TINY_RUN_ARGS, "--model.warmup_epochs=1", "--model.queue_length=32",
@@ -149,8 +128,8 @@ class L2RM(RetrievalMethod):
                  sinkhorn_threshold: float = 1e-3, dummy_scale: float = 100.0,
                  bmm_max_iter: int = 10, bmm_tol: float = 1e-2,
                  bmm_refine_tol: float | None = 0.1, bmm_seed: int | None = 0,
-                 division_batch_size: int | None = None, diagnostics: bool = True,
-                 select_warmup: bool = True, **kwargs: Any) -> None:
+                 division_batch_size: int | None = None, select_warmup: bool = True,
+                 **kwargs: Any) -> None:
         super().__init__(vocab_size, backbone, optimizer=optimizer, lr_update=lr_update,
                          n_networks=1, select_warmup=select_warmup, **kwargs)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
@@ -160,19 +139,13 @@ class L2RM(RetrievalMethod):
         # Lazy until the batch size (its width) is known: setup("fit") or a checkpoint's shape.
         self.cost_net = CostNetwork()
         self.queue = ImageQueue(queue_length)
-        self.division_epoch = -1
-        self.clean_prob: Tensor | None = None  # (N,) the Beta mixture's clean posterior
-        self.clean: Tensor | None = None  # (N,) bool, predicted clean
-        self.division_losses: Tensor | None = None  # (N,) the pass's mean hinge (figures)
+        self.division: Division | None = None  # (1, N) losses, Beta posteriors, clean mask
         self._saved_queues: Tensor | None = None  # every rank's queue, from a checkpoint
 
     # ------------------------------------------------------------------ Lightning wiring
-    def configure_callbacks(self) -> list[L.Callback]:
-        """The Beta-mixture division before every epoch after the warm-up, its diagnostics."""
-        callbacks: list[L.Callback] = [GMMDivision()]
-        if self.hparams.diagnostics:
-            callbacks.append(Diagnostics())
-        return callbacks
+    def method_callbacks(self) -> list[L.Callback]:
+        """The Beta-mixture division before every epoch after the warm-up."""
+        return [GMMDivision()]
 
     def setup(self, stage: str) -> None:
         """Give the cost network its width, the per-process batch size (before DDP wraps the
@@ -185,47 +158,20 @@ class L2RM(RetrievalMethod):
             self.cost_net.materialize(int(dm.batch_size))
         if stage != "fit":
             return
-        if self.hparams.queue_length < dm.batch_size:
-            raise ConfigError(f"model.queue_length ({self.hparams.queue_length}) must be at least the "
-                              f"per-process batch size data.batch_size ({dm.batch_size}): the queue "
-                              "takes a whole noisy batch every step")
-        self.trainer.reload_dataloaders_every_n_epochs = 1
-        dm.use_train_plan(self.l2rm_dataloader)
+        check_queue_fits(self.hparams.queue_length, dm.batch_size)
+        self.take_train_loader(self.l2rm_dataloader, "L2RM")
 
-    def teardown(self, stage: str) -> None:
-        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-        if isinstance(dm, RetrievalData):
-            dm.use_train_plan(None)
+    def extra_optimizers(self) -> list[torch.optim.Optimizer]:
+        """The cost network's Adam (``lr_cost``), on the same schedule as the network's."""
+        return [torch.optim.Adam(self.cost_net.parameters(), lr=self.hparams.lr_cost)]
 
-    def configure_optimizers(self) -> Any:
-        """The retrieval network's optimiser and the cost network's Adam (``lr_cost``), each with
-        the step schedule after the warm-up (applied per epoch, manual optimisation)."""
-        net_opt = self.optimizer_factory(self.net.parameters())
-        cost_opt = torch.optim.Adam(self.cost_net.parameters(), lr=self.hparams.lr_cost)
-        return [{"optimizer": opt, "lr_scheduler": {
-                    "scheduler": torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor),
-                    "interval": "epoch"}}
-                for opt in (net_opt, cost_opt)]
-
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Clip the retrieval network's global gradient norm (the cost network is not clipped
-        in the official code); after the precision plugin unscaled the gradients."""
-        if self.hparams.grad_clip > 0 and optimizer is self.optimizers()[0].optimizer:
-            self.clip_gradients(optimizer, gradient_clip_val=self.hparams.grad_clip,
-                                gradient_clip_algorithm="norm")
+    def clips(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Only the retrieval network is clipped (not the cost network, as the official code)."""
+        return optimizer is self.optimizers()[0].optimizer
 
     # ------------------------------------------------------------------ schedule
-    def is_warmup_epoch(self, epoch: int) -> bool:
-        return epoch < self.hparams.warmup_epochs
-
-    def lr_factor(self, epoch: int) -> float:
-        """lr0 in the warm-up, then ``0.1 ** ((epoch - warmup) // lr_update)`` (official)."""
-        return step_decay(epoch, self.hparams.lr_update, start=self.hparams.warmup_epochs)
-
-    def on_train_epoch_start(self) -> None:
-        super().on_train_epoch_start()  # reseeds and applies lr_factor (manual optimisation)
-        self.log("train/lr_factor", self.lr_factor(self.current_epoch), on_step=False,
-                 on_epoch=True, sync_dist=True)
+    #: lr0 in the warm-up, then ``0.1 ** ((epoch - warmup) // lr_update)`` (official).
+    default_lr_schedule, logs_lr_factor = "after_warmup", True
 
     def l2rm_dataloader(self, pairs: PairDataset) -> PlanLoader:
         """This epoch's loader: a shuffled pass over every pair (warm-up) or the clean/noisy
@@ -239,30 +185,18 @@ class L2RM(RetrievalMethod):
                                 **where)
         else:
             divide_if_due(trainer, self, epoch)
-            steps = rematch_plan(self.clean.numpy(), dm.batch_size, self.training_seed, epoch,
-                                 **where)
-            if not steps:
-                steps = self._idle_epoch(dm.batch_size, trainer.world_size)
+            steps = rematch_plan(self.division.clean[0].numpy(), dm.batch_size, self.training_seed,
+                                 epoch, **where)
+            if not steps:  # nothing trains (official); one step that rematch_step skips
+                steps = idle_plan(self.division.clean[0], epoch, dm.batch_size, trainer.world_size,
+                                  warn=self.global_rank == 0)
         return PlanLoader(StepDataset(pairs, steps), dm.num_workers,
                           pin_memory=self.device.type == "cuda")
 
-    def _idle_epoch(self, batch_size: int, world: int) -> list[Step]:
-        """The plan of an epoch whose division leaves no full batch of clean pairs: the official
-        code trains nothing that epoch (its clean loader is empty) and divides again before the
-        next. Lightning cannot run an epoch without batches, so the epoch gets one step that
-        :meth:`rematch_step` skips (``train/idle``), and a warning says why."""
-        kept = int(self.clean.sum())
-        if self.global_rank == 0:
-            warnings.warn(f"L2RM epoch {self.current_epoch}: the Beta-mixture division called "
-                          f"{kept} of {self.clean.numel()} pairs clean, fewer than one batch of "
-                          f"{batch_size} per process ({world} process(es)); as the official code, "
-                          "nothing trains this epoch and the next epoch divides again (see l2rm/* "
-                          "in metrics.csv)", NclWarning, stacklevel=2)
-        return [Step(0, np.zeros(1, dtype=np.int64))]
-
     # ------------------------------------------------------------------ division (GMMDivisible)
     def division_due(self, epoch: int) -> bool:
-        return not self.is_warmup_epoch(epoch) and self.division_epoch != epoch
+        held = self.division
+        return not self.is_warmup_epoch(epoch) and (held is None or held.epoch != epoch)
 
     def division_pass(self, epoch: int) -> tuple[PassSpec, GMMSpec]:
         """Every pair's mean hinge in eval mode over one shuffle cut into batches of the
@@ -274,24 +208,22 @@ class L2RM(RetrievalMethod):
                              mixture="beta", refine_tol=hp.bmm_refine_tol)
 
     def accept_division(self, epoch: int, values: Tensor, clean_prob: Tensor) -> None:
-        """Clean iff the clean component's posterior > 0.5 (official, strict)."""
-        self.division_losses = values[0].float()
-        self.clean_prob = clean_prob[0].float()
-        self.clean = self.clean_prob > 0.5
-        self.division_epoch = epoch
+        """Clean iff the clean component's posterior > 0.5 (official, strict); ``values`` and
+        ``clean_prob`` are ``(1, N)``."""
+        prob = clean_prob.float()
+        self.division = Division(epoch, values.float(), prob, prob > 0.5)
 
     # ------------------------------------------------------------------ state
     def training_state(self) -> dict[str, Any]:
         """The division (identical on every rank). The queue is per rank: every rank's is
         added to the checkpoint by :meth:`on_save_checkpoint`."""
-        return {"division_epoch": self.division_epoch, "clean_prob": self.clean_prob,
-                "division_losses": self.division_losses}
+        return {"division": None if self.division is None else self.division.state()}
 
     def load_training_state(self, state: dict[str, Any]) -> None:
-        self.division_epoch = int(state.get("division_epoch", -1))
-        self.clean_prob = state.get("clean_prob")
-        self.division_losses = state.get("division_losses")
-        self.clean = None if self.clean_prob is None else self.clean_prob > 0.5
+        """The division, also from a checkpoint of ncl before the shared Division record
+        (``division_epoch``, ``clean_prob``, ``division_losses``, each ``(N,)``)."""
+        self.division = Division.from_state(state["division"]) if "division" in state else \
+            legacy_division(state)
         self._saved_queues = state.get("queues")
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -305,13 +237,9 @@ class L2RM(RetrievalMethod):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """A checkpoint whose cost network has another width (its run's batch size): a resumed
         fit must keep that batch size; evaluation takes the checkpoint's cost network as it is."""
-        weight = checkpoint.get("state_dict", {}).get("cost_net.weight")
-        if weight is not None and int(weight.shape[0]) != self.cost_net.width:
-            if self.trainer.state.fn == "fit":
-                raise ConfigError(f"cannot resume L2RM with data.batch_size {self.cost_net.width}: "
-                                  f"the checkpoint's cost network is {weight.shape[0]} wide (its "
-                                  "run's per-process batch size); resume with that batch size")
-            self.cost_net = CostNetwork(int(weight.shape[0])).to(self.device)
+        width = other_cost_width(checkpoint, self.cost_net.width, self.trainer.state.fn == "fit")
+        if width is not None:
+            self.cost_net = CostNetwork(width).to(self.device)
         super().on_load_checkpoint(checkpoint)
 
     # ------------------------------------------------------------------ training
@@ -330,7 +258,7 @@ class L2RM(RetrievalMethod):
 
     def rematch_step(self, clean: Batch, noisy: Batch | None, batch_idx: int) -> None:
         """Phases A (cost network on key points), B (queue) and C (retrieval network); an idle
-        epoch's single short batch (:meth:`_idle_epoch`) trains nothing."""
+        epoch's single short batch (:func:`~ncl.methods.l2rm_support.idle_plan`) trains nothing."""
         hp = self.hparams
         if int(clean["index"].shape[0]) < self.cost_net.width:
             self.log("train/idle", 1.0, on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
@@ -338,8 +266,13 @@ class L2RM(RetrievalMethod):
         net_opt, cost_opt = self.optimizers()
         logs: dict[str, Tensor | float] = {}
         if noisy is not None:
-            _no_region_lengths(clean, noisy)
-            self._ensure_queue(batch_idx)
+            no_region_lengths(clean, noisy)
+            if not self.queue.ready:  # a checkpoint's (this rank's row) or drawn
+                rng = np.random.default_rng([self.training_seed, self.current_epoch, QUEUE_STREAM,
+                                             self.global_rank])
+                fill_queue(self.queue, retrieval_data(self.trainer, "L2RM").train_pairs(),
+                           self._saved_queues, rng, self.device)
+                self._saved_queues = None
             logs["cost"] = self.cost_step(clean, batch_idx, cost_opt)
             self.queue.push(noisy["images"], noisy["index"])
         sims = forward_batch(self.net, clean).float()  # (B, B)
@@ -352,7 +285,8 @@ class L2RM(RetrievalMethod):
             loss = loss + loss_noisy
             logs.update({"noisy": loss_noisy.detach(), "transported": plan.mass,
                          "sinkhorn_iterations": float(plan.iterations)})
-            logs.update(self.rematch_accuracy(noisy["index"], plan.plan))
+            data = retrieval_data(self.trainer, "L2RM")
+            logs.update(rematch_accuracy(data, self.queue.indices, noisy["index"], plan.plan))
         self.step_module(net_opt, self.net, loss)
         self.log_train({"loss": loss.detach(), "clean": loss_clean.detach(), **logs},
                        int(sims.shape[0]))
@@ -381,117 +315,24 @@ class L2RM(RetrievalMethod):
         hp = self.hparams
         with torch.no_grad():
             cost = self.cost_net(sims).clamp_min(1e-10)
-        mask = own_image_mask(cost.shape[0], cost.shape[1], cost.device) if self.masks_own_image() else None
+        masked = masks_own_image(hp.mask_own_image, retrieval_data(self.trainer, "L2RM"))
+        mask = own_image_mask(cost.shape[0], cost.shape[1], cost.device) if masked else None
         return partial_ot(cost, hp.rho, hp.reg, mask, hp.sinkhorn_max_iter, hp.sinkhorn_threshold,
                           hp.dummy_scale)
 
-    def masks_own_image(self) -> bool:
-        """``mask_own_image``; ``auto`` is the official rule: on when the data's noise ratio is
-        not 0 (a DataModule without ``noise_ratio`` is taken as noisy)."""
-        choice = self.hparams.mask_own_image
-        if choice != "auto":
-            return choice == "on"
-        dm = getattr(self.trainer, "datamodule", None)
-        return float(getattr(dm, "noise_ratio", 1.0) or 0.0) != 0.0
-
-    def _ensure_queue(self, batch_idx: int) -> None:
-        """The queue's features before the first rematching step: restored from a checkpoint's
-        pair indices (this rank's row), else Q random training pairs' images."""
-        if self.queue.ready:
-            return
-        pairs = retrieval_data(self.trainer, "L2RM").train_pairs()
-        indices = self._restored_queue()
-        if indices is None:
-            rng = np.random.default_rng([self.training_seed, self.current_epoch, QUEUE_STREAM,
-                                         self.global_rank])
-            indices = torch.from_numpy(rng.choice(len(pairs), self.hparams.queue_length, replace=False))
-        images = collate([pairs[int(i)] for i in indices])["images"].to(self.device)
-        self.queue.fill(images, indices.to(torch.int64))
-
-    def _restored_queue(self) -> Tensor | None:
-        """This rank's queue indices from the checkpoint, when it has them for this world."""
-        saved, self._saved_queues = self._saved_queues, None
-        if saved is None or bool((saved < 0).any()):
-            return None
-        if saved.shape[0] != world_size():
-            warnings.warn(f"L2RM: the checkpoint holds the image queues of {saved.shape[0]} "
-                          f"processes, this run has {world_size()}; the queues start again from "
-                          "random training images", NclWarning, stacklevel=2)
-            return None
-        return saved[process_rank()].clone()
-
     # ------------------------------------------------------------------ diagnostics
-    def rematch_accuracy(self, index: Tensor, plan: Tensor) -> dict[str, float]:
-        """``rematch_true_image``: of this batch's truly mismatched noisy captions whose true
-        image is in the queue, the share whose plan column puts most mass on it (``{}`` when
-        the ground truth is unknown or no such caption)."""
-        pairs = retrieval_data(self.trainer, "L2RM").train_pairs()
-        cap2img, split = getattr(pairs, "cap2img", None), getattr(pairs, "split", None)
-        dm = self.trainer.datamodule
-        if cap2img is None or split is None or not getattr(dm, "clean_mask_known", True):
-            return {}
-        captions = index.cpu().numpy()
-        truth = captions // int(split.im_div)
-        queued = np.asarray(cap2img)[self.queue.indices.cpu().numpy()]  # image of each slot
-        wrong = np.asarray(cap2img)[captions] != truth
-        present = np.array([t in set(queued.tolist()) for t in truth])
-        chosen = queued[plan.argmax(dim=0).cpu().numpy()]
-        eligible = wrong & present
-        if not eligible.any():
-            return {}
-        return {"rematch_true_image": float((chosen[eligible] == truth[eligible]).mean())}
-
     def epoch_diagnostics(self, epoch: int, true_clean: Tensor | None) -> EpochDiagnostics:
-        """The division epoch ``epoch`` trains on: its size and, with the ground truth, the
-        precision/recall/F1 of the predicted-noisy pairs; the loss histogram with the mixture."""
-        if self.is_warmup_epoch(epoch) or self.division_epoch != epoch or self.clean is None:
+        """The division epoch ``epoch`` trains on (:func:`~ncl.methods.reports.beta_division_report`)."""
+        division = self.division
+        if self.is_warmup_epoch(epoch) or division is None or division.epoch != epoch:
             return EpochDiagnostics()
-        scalars = {"l2rm/predicted_clean": float(self.clean.sum())}
-        if true_clean is not None:
-            m = detection_metrics(self.clean.bool(), true_clean.bool())
-            scalars.update({f"l2rm/{k}": float(m[k]) for k in ("precision", "recall", "f1")})
-        losses = LossView("per-sample loss (mean hinge) of the Beta-mixture division",
-                          {"net": self.division_losses}, self.hparams.bmm_seed, mixture="beta")
-        labels = [LabelView("L2RM clean probability (Beta mixture)", self.clean_prob,
-                            "clean probability")]
-        return EpochDiagnostics(scalars, {"L2RM division": self.clean}, losses, labels,
-                                noise_detection=prefixed(scalars, "l2rm/"))
-
-
-def gather_queue_indices(queue: ImageQueue, length: int, device: torch.device) -> Tensor:
-    """``(world, Q)`` int64: every rank's queue pair indices on CPU (-1 rows for an empty
-    queue), in rank order; a collective under DDP (all ranks call it)."""
-    local = queue.indices if queue.ready else torch.full((length,), -1, dtype=torch.int64)
-    local = local.to(torch.int64).reshape(1, -1)
-    if world_size() == 1:
-        return local.cpu()
-    from ncl.training.distributed import all_gather_cat  # collective, only under DDP
-
-    return all_gather_cat(local.to(device)).cpu()
-
-
-def _no_region_lengths(*batches: Batch) -> None:
-    """The queue holds whole feature tensors; images with different region counts (padded,
-    with ``image_lengths``) would need their lengths queued too."""
-    if any("image_lengths" in b for b in batches):
-        raise ConfigError("L2RM needs images with one region count (the image queue holds raw "
-                          "region features); this data pads images to different counts")
+        return beta_division_report(division, true_clean, self.hparams.bmm_seed)
 
 
 def _check_ranges(hp: Any) -> None:
     """Raise ConfigError naming the offending ``model.*`` option."""
-    for name, least in (("warmup_epochs", 0), ("queue_length", 1), ("sinkhorn_max_iter", 1),
-                        ("bmm_max_iter", 1)):
-        if int(hp[name]) != hp[name] or hp[name] < least:
-            raise ConfigError(f"model.{name} must be an integer >= {least}, got {hp[name]}")
-    for name in ("margin", "tau", "reg", "lr_cost", "sinkhorn_threshold", "dummy_scale", "bmm_tol"):
-        if not hp[name] > 0:
-            raise ConfigError(f"model.{name} must be > 0, got {hp[name]}")
-    if not 0 < hp["rho"] < 1:
-        raise ConfigError(f"model.rho must lie in (0, 1), got {hp['rho']}")
-    if not 0 < hp["key_fraction"] <= 1:
-        raise ConfigError(f"model.key_fraction must lie in (0, 1], got {hp['key_fraction']}")
-    if hp["bmm_refine_tol"] is not None and not hp["bmm_refine_tol"] > 0:
-        raise ConfigError(f"model.bmm_refine_tol must be > 0 or null, got {hp['bmm_refine_tol']}")
-    if hp["division_batch_size"] is not None and hp["division_batch_size"] < 2:
-        raise ConfigError(f"model.division_batch_size must be >= 2 or null, got {hp['division_batch_size']}")
+    check_ranges(hp, integers={"warmup_epochs": 0, "queue_length": 1, "sinkhorn_max_iter": 1,
+                               "bmm_max_iter": 1},
+                 positive=["margin", "tau", "reg", "lr_cost", "sinkhorn_threshold", "dummy_scale",
+                           "bmm_tol"], open_unit=["rho"], fractions=["key_fraction"],
+                 optional_positive=["bmm_refine_tol"], batch_sizes=["division_batch_size"])

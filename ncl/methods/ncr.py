@@ -20,31 +20,26 @@ from typing import Any, ClassVar, Literal
 
 import lightning as L
 import numpy as np
-import torch
 from torch import Tensor
 
-from ncl.callbacks.diagnostics import Diagnostics
 from ncl.callbacks.division import GMMDivision, divide_if_due
-from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, LabelView, LossView, PassSpec
+from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, PassSpec
 from ncl.callbacks.refinement import MomentumRefinement
-from ncl.data.contracts import RetrievalData, retrieval_data
+from ncl.data.contracts import retrieval_data
 from ncl.data.datasets import Batch, PairDataset
 from ncl.data.samplers import global_seed
-from ncl.division.stats import division_stats
-from ncl.division import (CleanRule, PredictionForm, memorization_prediction, momentum_regularizer,
-                          momentum_update, mr_prediction, rectify_by_mode, rectify_noisy_labels)
-from ncl.division.detection import mean_over_networks
+from ncl.division import CleanRule, PredictionForm, momentum_regularizer, momentum_update, mr_prediction
 from ncl.errors import ConfigError
 from ncl.losses import (NcrMarginMode, RecastKind, ncr_soft_margins, psi4_boundary,
                         soft_margin_triplet_loss, triplet_loss)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
-from ncl.division.co_divide import Division, abandon_mask, mean_hinge, split_clean
+from ncl.methods.reports import co_divide_report
+from ncl.methods.skeleton import check_ranges
+from ncl.division.co_divide import Division, abandon_mask, co_rectify, mean_hinge, split_clean
 from ncl.models.contracts import forward_batch
-from ncl.training.passes import eval_mode
 from ncl.training.plans import (DIVISION_STREAM, PlanLoader, StepDataset, check_cotraining_possible,
                                 cotrain_plan, limit_steps, warmup_plan)
-from ncl.training.schedule import step_decay
 from ncl.training.state import PerSampleState
 
 UnlabelledUpdate = Literal["separate_step", "summed"]
@@ -58,7 +53,8 @@ class NCR(RetrievalMethod):
         vocab_size, backbone: as :class:`~ncl.methods.base.RetrievalMethod`, and so are its
             options (Adam 2e-4, clip 2.0; the step schedule counts co-training epochs only,
             spec 4.1; ``select_warmup`` false: the official code selects among co-training
-            epochs only).
+            epochs only; ``diagnostics``: division sizes and, with ground truth, noise-detection
+            P/R/F1).
         warmup_epochs: warm-up epochs before co-divide starts (NCR F30K 5, COCO/CC152K 10;
             LNC 3 / 10 / 5). ``trainer.max_epochs`` = warm-up + co-training epochs.
         margin: alpha, the triplet margin and largest soft margin (0.2).
@@ -91,28 +87,22 @@ class NCR(RetrievalMethod):
         abandon_fraction: fraction of the doubly-noisy pairs dropped (0.5).
         seed: seed of the batch plans' shuffles and of the abandon draw; ``None`` (default): the
             run's ``seed_everything`` (the shipped configs set 0: the same as ``0``).
-        diagnostics: log division sizes and (with ground truth) noise-detection P/R/F1.
     """
 
     spec: ClassVar[MethodSpec] = MethodSpec(
-        # NCR / LNC co-teaching (two networks; the test row is their A+B ensemble), 5 warm-up
-        # epochs; select_warmup true: the class default the grid was measured with (false since
-        # issue 23), which changes the tested epoch, never the training.
+        # co-teaching (the test row is the A+B ensemble); select_warmup: as the grid was measured
         rows=(Row("ncr", "NCR-{}", order=60, warmup=True, paper_config="ncr_{bb}_{ds}", divides="co-divide",
                   overrides=("--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={BENCHMARK_WARMUP}",
                              "--model.select_warmup=true")),
-              # synthetic-small: LNC as configs/lnc_*.yaml read its paper: P of Eq. 9 (linear)
-              # and Alg. 1's w >= 0.5.
+              # synthetic-small: LNC's paper reading of configs/lnc_*.yaml (Eq. 9, Alg. 1's w >= 0.5)
               Row("lnc", "LNC-{}", order=70, warmup=True, paper_config="lnc_{bb}_{ds}", divides="co-divide",
                   overrides=("--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={BENCHMARK_WARMUP}",
                              "--model.momentum_regularization=true", "--model.noise_abandon=true",
                              "--model.select_warmup=true"),
                   small=("--model.prediction_form=linear", "--model.clean_rule=greater_equal"))),
         tiny={
-            # co-teaching with dropout on: its plans are seeded per epoch, dropout by the base class
-            "ncr": {"warmup_epochs": 1, "unlabelled_start": 0},
-            # LNC as configs/lnc_sgr_*.yaml: momentum targets (per-sample state carried across
-            # epochs), Randomly Noise Abandon (a random draw in warm-up epochs >= 1), LNC's rules
+            "ncr": {"warmup_epochs": 1, "unlabelled_start": 0},  # plans seeded per epoch, dropout on
+            # LNC as its configs: momentum targets carried across epochs, the abandon draw
             "lnc": {"warmup_epochs": 2, "unlabelled_start": 0, "momentum_regularization": True,
                     "noise_abandon": True, "prediction_form": "linear", "clean_rule": "greater_equal",
                     "ncr_margin_mode": "per_sample"}},
@@ -137,8 +127,7 @@ class NCR(RetrievalMethod):
                  momentum_regularization: bool = False, mr_momentum: float = 0.5,
                  mr_weight: float = 1.0, mr_reduction: MrReduction = "mean",
                  mr_detach_normalizer: bool = True, noise_abandon: bool = False,
-                 abandon_fraction: float = 0.5, seed: int | None = None,
-                 diagnostics: bool = True, **kwargs: Any) -> None:
+                 abandon_fraction: float = 0.5, seed: int | None = None, **kwargs: Any) -> None:
         super().__init__(vocab_size, backbone, n_networks=2, **kwargs)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
         _check_ranges(self.hparams)
@@ -152,16 +141,9 @@ class NCR(RetrievalMethod):
         # ``division.prob``), made once per division instead of gathered on the host per step.
         self._device_prob: tuple[Division, Tensor] | None = None
 
-    def configure_callbacks(self) -> list[L.Callback]:
-        """The co-divide (and abandon draw), LNC's momentum targets after every step, and the
-        division diagnostics."""
-        hp = self.hparams
-        callbacks: list[L.Callback] = [GMMDivision()]
-        if self.momentum_targets is not None:
-            callbacks.append(MomentumRefinement())
-        if hp.diagnostics:
-            callbacks.append(Diagnostics())
-        return callbacks
+    def method_callbacks(self) -> list[L.Callback]:
+        """The co-divide (and abandon draw), LNC's momentum targets after every step."""
+        return [GMMDivision()] + ([MomentumRefinement()] if self.momentum_targets is not None else [])
 
     # ------------------------------------------------------------------ division (GMMDivisible)
     def division_kind(self, epoch: int) -> Literal["divide", "abandon"] | None:
@@ -211,8 +193,7 @@ class NCR(RetrievalMethod):
                 "momentum_targets": None if targets is None else targets.state_dict()}
 
     def load_training_state(self, state: dict[str, Any]) -> None:
-        saved = state.get("division")
-        self.division = None if saved is None else Division(**saved)
+        self.division = Division.from_state(state.get("division"))
         if self.momentum_targets is not None and state.get("momentum_targets") is not None:
             self.momentum_targets.load_state_dict(state["momentum_targets"])
 
@@ -221,20 +202,13 @@ class NCR(RetrievalMethod):
         super().setup(stage)
         if stage != "fit":
             return
-        dm = retrieval_data(self.trainer, "NCR/LNC")
-        self.trainer.reload_dataloaders_every_n_epochs = 1
-        dm.use_train_plan(self.co_teaching_dataloader)
+        dm = self.take_train_loader(self.co_teaching_dataloader, "NCR/LNC")
         if self.momentum_targets is not None and not self.momentum_targets.ready:
             self.momentum_targets.reset(len(dm.train_pairs()))  # gamma^0 = 1 (a resume overwrites)
 
-    def teardown(self, stage: str) -> None:
-        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-        if isinstance(dm, RetrievalData):
-            dm.use_train_plan(None)
-
     # ------------------------------------------------------------------ schedule
-    def is_warmup_epoch(self, epoch: int) -> bool:
-        return epoch < self.hparams.warmup_epochs
+    #: Warm-up epochs at ``lr0``, then the step schedule over co-training epochs.
+    default_lr_schedule, logs_lr_factor = "after_warmup", True
 
     def unlabelled_loss_on(self) -> bool:
         """Whether the noisy-subset loss is used in the current co-training epoch."""
@@ -246,15 +220,6 @@ class NCR(RetrievalMethod):
                                   "(the official start is num_epochs // 2)")
             start = (max_epochs - self.hparams.warmup_epochs) // 2
         return self.current_epoch - self.hparams.warmup_epochs >= start
-
-    def lr_factor(self, epoch: int) -> float:
-        """Warm-up epochs at ``lr0``, then the step schedule over co-training epochs."""
-        return step_decay(epoch, self.hparams.lr_update, start=self.hparams.warmup_epochs)
-
-    def on_train_epoch_start(self) -> None:
-        super().on_train_epoch_start()  # reseeds and applies lr_factor (manual optimisation)
-        self.log("train/lr_factor", self.lr_factor(self.current_epoch), on_step=False,
-                 on_epoch=True, sync_dist=True)
 
     def co_teaching_dataloader(self, pairs: PairDataset) -> PlanLoader:
         """This epoch's loader over ``pairs``: warm-up passes or the co-divided plan. The
@@ -311,33 +276,17 @@ class NCR(RetrievalMethod):
 
     def rectified_targets(self, k: int, labelled: Batch, unlabelled: Batch | None
                           ) -> tuple[Tensor, Tensor | None]:
-        """Co-rectify (LNC Eq. 8-9; spec 4.2.6 step 1), both networks in eval mode, no grad.
-
-        Returns:
-            The labelled targets ``(B_l,)`` (``(B_l, B_l)`` for ``official_2023``) from the
-            peer's ``w``, and the unlabelled targets ``(B_u,)`` or ``None``.
-        """
+        """Network ``k``'s targets, co-rectified with its peer's ``w`` (LNC Eq. 8-9):
+        :func:`~ncl.division.co_divide.co_rectify`."""
         hp = self.hparams
-        net, peer = self.nets[k], self.nets[1 - k]
         w = self.peer_clean_prob(k, labelled["index"])  # peer's
-
-        def predict(batch: Batch, model: torch.nn.Module) -> Tensor:  # P of Eq. 9, (B,)
-            sims = forward_batch(model, batch)
-            return memorization_prediction(sims, hp.margin, hp.prediction_form)
-
-        with torch.no_grad(), eval_mode(net, peer):
-            p_l = predict(labelled, net)
-            target_l = rectify_by_mode(hp.ncr_margin_mode, w.to(p_l.dtype), p_l)
-            target_u = None
-            if unlabelled is not None:
-                target_u = rectify_noisy_labels(predict(unlabelled, net), predict(unlabelled, peer))
-        return target_l.clamp(0, 1), None if target_u is None else target_u.clamp(0, 1)
+        return co_rectify(self.nets[k], self.nets[1 - k], w, labelled, unlabelled, hp.margin,
+                          hp.prediction_form, hp.ncr_margin_mode)
 
     def peer_clean_prob(self, k: int, index: Tensor) -> Tensor:
         """Network ``1 - k``'s clean probability ``w`` of the pairs ``index`` (``(B,)``, on the
-        device), read from a device copy of the division's ``(2, N)`` table: one host ->
-        device copy per division rather than a device -> host copy of ``index`` every step.
-        """
+        device), from a device copy of the division's ``(2, N)`` table: one host -> device copy
+        per division rather than a device -> host copy of ``index`` every step."""
         division = self.division
         held = self._device_prob
         if held is None or held[0] is not division or held[1].device != index.device:
@@ -383,31 +332,6 @@ class NCR(RetrievalMethod):
         step, so the gradients are averaged outside DDP's reducer)."""
         self.step_module(self.optimizers()[k], self.nets[k], loss)
 
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Clip the stepping network's global gradient norm at ``grad_clip`` (spec 4.1), here
-        rather than before ``opt.step()``: Lightning calls this hook after the precision plugin
-        unscaled the gradients (``16-mixed``), so the clip is in true units."""
-        if self.hparams.grad_clip > 0:
-            self.clip_gradients(optimizer, gradient_clip_val=self.hparams.grad_clip,
-                                gradient_clip_algorithm="norm")
-
-    def log_net(self, k: int, values: dict[str, Tensor], batch_size: int) -> None:
-        """Log network ``k``'s ``values`` as ``train/<net>/<key>_step`` (this rank's value) and
-        ``train/<net>/<key>_epoch`` (the mean over the epoch and the ranks).
-
-        The names Lightning gives a value logged ``on_step`` and ``on_epoch`` at once, but two
-        entries: with ``sync_dist`` Lightning all-reduces an ``on_step`` value at every step
-        (a barrier and an all-reduce per key), while an ``on_epoch``-only value is accumulated
-        on each rank and all-reduced once, when the epoch's mean is computed. In one process
-        both are what one forked entry logged; under DDP the step values are rank 0's own, like
-        :meth:`~ncl.methods.base.RetrievalMethod.log_train`'s.
-        """
-        name = self.network_names[k]
-        self.log_dict({f"train/{name}/{key}_step": v for key, v in values.items()}, on_step=True,
-                      on_epoch=False, batch_size=batch_size, sync_dist=False)
-        self.log_dict({f"train/{name}/{key}_epoch": v for key, v in values.items()},
-                      on_step=False, on_epoch=True, batch_size=batch_size, sync_dist=True)
-
     # ------------------------------------------------------------------ diagnostics
     @property
     def display_name(self) -> str:
@@ -416,37 +340,18 @@ class NCR(RetrievalMethod):
 
     def epoch_diagnostics(self, epoch: int, true_clean: Tensor | None) -> EpochDiagnostics:
         """The division made for ``epoch`` (sizes, detection, losses, ``w``) and, in LNC's
-        warm-up, the momentum targets."""
-        out, division, names = EpochDiagnostics(), self.division, self.network_names
-        if division is not None and division.epoch == epoch:
-            out.scalars = division_stats(division, names, true_clean)
-            out.noise_detection = mean_over_networks(out.scalars, names)
-            kind = "co-divide" if division.keep is None else "abandon draw"
-            out.losses = LossView(f"{kind}: per-sample loss (mean hinge) and GMM",
-                                  dict(zip(names, division.losses)), self.hparams.gmm_seed)
-            if division.keep is None:
-                out.detection = dict(zip(names, division.clean))
-                out.labels = [LabelView(f"clean probability w from network {n}'s GMM (Eq. 3)", w,
-                                        "clean probability w (0 = noisy, 1 = clean)")
-                              for n, w in zip(names, division.prob)]
-        targets = self.momentum_targets
-        if targets is not None and targets.ready and self.is_warmup_epoch(epoch):
-            out.labels += [LabelView(f"momentum targets gamma of network {n} (LNC Eq. 5)", g,
-                                     "momentum target gamma (0 = noisy, 1 = clean)")
-                           for n, g in zip(names, targets.values)]
-        return out
+        warm-up, the momentum targets (:func:`~ncl.methods.reports.co_divide_report`)."""
+        division, targets = self.division, self.momentum_targets
+        shown = targets is not None and targets.ready and self.is_warmup_epoch(epoch)
+        return co_divide_report(division if division is not None and division.epoch == epoch
+                                else None, self.network_names, self.hparams.gmm_seed, true_clean,
+                                targets.values if shown else None)
 
 
 def _check_ranges(hp: Any) -> None:
     """Raise ConfigError (a ValueError) naming the offending ``model.*`` option."""
-    rules = [("warmup_epochs", hp.warmup_epochs >= 0, ">= 0"), ("margin", hp.margin > 0, "> 0"),
-             ("soft_margin_base", hp.soft_margin_base > 1, "> 1 (m of Psi2)"),
-             ("p_threshold", 0 <= hp.p_threshold <= 1, "in [0, 1]"),
-             ("unlabelled_start", hp.unlabelled_start is None or hp.unlabelled_start >= 0,
-              ">= 0 or null"),
-             ("mr_momentum", 0 <= hp.mr_momentum <= 1, "in [0, 1]"),
-             ("mr_weight", hp.mr_weight >= 0, ">= 0"),
-             ("abandon_fraction", 0 <= hp.abandon_fraction <= 1, "in [0, 1]")]
-    for name, ok, rule in rules:
-        if not ok:
-            raise ConfigError(f"model.{name} must be {rule}, got {hp[name]}")
+    check_ranges(hp, integers={"warmup_epochs": 0}, positive=["margin"], nonnegative=["mr_weight"],
+                 unit=["p_threshold", "mr_momentum", "abandon_fraction"],
+                 optional_nonnegative=["unlabelled_start"])
+    if not hp.soft_margin_base > 1:
+        raise ConfigError(f"model.soft_margin_base must be > 1 (m of Psi2), got {hp.soft_margin_base}")

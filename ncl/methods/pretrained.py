@@ -22,8 +22,7 @@ SGRAF logits; docs/methods/recon.md). The official code does not need to be inst
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -40,32 +39,13 @@ from ncl.evaluation.nonfinite import (
 )
 from ncl.evaluation.sharded import rank_sharded_similarity
 from ncl.methods.base import BackboneFactory, RetrievalMethod
-from ncl.models.checkpoint import (
-    DECL_TAU,
-    checkpoint_format,
-    decl_tau,
-    is_decl_checkpoint,
-    load_ncl_into,
-    load_official_into,
-    ncl_state_dicts,
-    official_state_dicts,
-    read_checkpoint_file,
-)
+from ncl.models.loading import LoadedModel, load_checkpoint
 from ncl.models.contracts import forward_batch, forward_logits
 
 #: ``combine`` values: :data:`~ncl.evaluation.combine.Combine` plus ``"logits"``, the mean of
 #: the raw scores before the sigmoid (ReCon trains on them; its paper does not say which of
 #: the two its "SGRAF" averages, and the published eval.py calls code that was never released).
 EnsembleCombine = Literal["auto", "score", "evidence", "logits"]
-
-
-@dataclass
-class LoadedModel:
-    """One checkpoint file, loaded: its networks and what its ensemble rule needs."""
-
-    nets: list[nn.Module]
-    is_decl: bool
-    tau: float  # DECL evidence temperature (its opt.tau, else 0.1)
 
 
 class Pretrained(RetrievalMethod):
@@ -103,7 +83,7 @@ class Pretrained(RetrievalMethod):
                  eval_shard_size: int = 1000) -> None:
         _check_options(backbones, checkpoints, evidence_tau, names)
         super().__init__(vocab_size, backbones[0], eval_shard_size=eval_shard_size)
-        loaded = [_load_checkpoint(factory, path, vocab_size)
+        loaded = [load_checkpoint(factory, path, vocab_size)
                   for factory, path in zip(backbones, checkpoints)]
         self.model_names = tuple(names) if names else default_names(checkpoints)
         self.rule = resolve_combine(combine, [m.is_decl for m in loaded])
@@ -246,49 +226,6 @@ def _check_options(backbones: Sequence[BackboneFactory], checkpoints: Sequence[s
     if missing:
         raise ConfigError(f"model.checkpoints: no checkpoint file at {', '.join(missing)} "
                           f"(working directory {Path.cwd()})")
-
-
-def _load_checkpoint(factory: BackboneFactory, path: str, vocab_size: int) -> LoadedModel:
-    """Read ``path`` (either format) and load each of its networks into a new backbone.
-
-    Raises:
-        ConfigError: unreadable file, unknown layout, or weights that do not fit the
-            backbone (the file, the tensor and both shapes named).
-    """
-    try:
-        ckpt = read_checkpoint_file(path)
-        decl = is_decl_checkpoint(ckpt)
-        nets = (_ncl_networks(factory, ckpt, vocab_size) if checkpoint_format(ckpt) == "ncl"
-                else _official_networks(factory, ckpt, vocab_size))
-        return LoadedModel(nets, decl, decl_tau(ckpt) if decl else DECL_TAU)
-    except (ValueError, FileNotFoundError) as err:  # ConfigError is a ValueError
-        raise ConfigError(f"model.checkpoints: cannot load {path}: {err}") from None
-
-
-def _ncl_networks(factory: BackboneFactory, ckpt: Mapping, vocab_size: int) -> list[nn.Module]:
-    """An ncl checkpoint's ``nets.<k>``, each in a backbone of its own."""
-    nets = []
-    for k, state in enumerate(ncl_state_dicts(ckpt)):
-        net = factory(vocab_size)
-        load_ncl_into(net, state, prefix=f"nets.{k}.")
-        nets.append(net)
-    return nets
-
-
-def _official_networks(factory: BackboneFactory, ckpt: Mapping, vocab_size: int) -> list[nn.Module]:
-    """An official checkpoint's networks. A backbone with ``load_official_state`` (e.g.
-    VSE-infinity, whose files are not SGRAF's three state dicts) reads its own layout."""
-    nets = []
-    probe = factory(vocab_size)
-    custom = hasattr(probe, "load_official_state")
-    for k, state_dicts in enumerate(official_state_dicts(ckpt, parts=None if custom else 3)):
-        net = probe if k == 0 else factory(vocab_size)
-        if custom:
-            net.load_official_state(state_dicts)
-        else:
-            load_official_into(net, state_dicts)
-        nets.append(net)
-    return nets
 
 
 # ---------------------------------------------------------------------- names and checks

@@ -27,14 +27,12 @@ from torch import Tensor
 
 from ncl.callbacks.division import GMMDivision
 from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, LabelView, LossView, PassSpec
-from ncl.callbacks.diagnostics import Diagnostics
 from ncl.division.stats import three_way_stats
 from ncl.data.contracts import retrieval_data
 from ncl.division.three_way import (PseudoLabelInit, PseudoLabelScope, ThreeWayConfig,
                                     ThreeWayDivision, divide_three_way, intra_modal_discrepancy,
                                     penalty_factor)
 from ncl.division.detection import three_way
-from ncl.errors import ConfigError
 from ncl.losses import Negatives, triplet_loss
 from ncl.losses.recon import (SUBSET_CLEAN, SUBSET_LOCAL, SUBSET_NOISY, RelationKL, RowReduction,
                               cross_modal_relation_loss, relation_consistency_objective)
@@ -42,12 +40,11 @@ from ncl.losses.recon_forward import (RelationFeatures, RelationOptions, Score, 
                                       division_values, relation_forward)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
-from ncl.training.schedule import step_decay
+from ncl.methods.skeleton import LrSchedule, check_ranges
 from ncl.training.state import PerSampleState
 from ncl.streams import declare_stream
 
 PenaltySource = Literal["division", "step"]
-LrSchedule = Literal["after_warmup", "global"]
 Reduction = Literal["mean", "sum"]
 
 #: Stream id of the division pass's shuffle (:func:`~ncl.training.passes.pass_order`;
@@ -127,7 +124,6 @@ class ReCon(RetrievalMethod):
         lr_schedule: [PD] ``after_warmup`` (NCR: warm-up epochs at lr0, then the step
             schedule counts the epochs after it) or ``global`` (counts from epoch 0).
         reduction: [PD] ``mean`` (the expected risks of Eq. 2 and 5) or ``sum`` over the batch.
-        diagnostics: log the division every epoch.
     """
 
     spec: ClassVar[MethodSpec] = MethodSpec(
@@ -155,7 +151,7 @@ class ReCon(RetrievalMethod):
                  xi_on_noisy: bool = False, penalty_source: PenaltySource = "division",
                  division_interval: int = 1, division_batch_size: int | None = None,
                  gmm_seed: int | None = 0, lr_schedule: LrSchedule = "after_warmup",
-                 reduction: Reduction = "mean", diagnostics: bool = True, **kwargs: Any) -> None:
+                 reduction: Reduction = "mean", **kwargs: Any) -> None:
         super().__init__(vocab_size, backbone, n_networks=1, **kwargs)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
         _check_ranges(self.hparams)
@@ -171,12 +167,9 @@ class ReCon(RetrievalMethod):
         self.division: ThreeWayDivision | None = None
         self.pseudo_labels = PerSampleState(1, fill=1.0)  # y~ (Eq. 10)
 
-    def configure_callbacks(self) -> list[L.Callback]:
-        """The division, then its diagnostics."""
-        callbacks: list[L.Callback] = [GMMDivision()]
-        if self.hparams.diagnostics:
-            callbacks.append(Diagnostics())
-        return callbacks
+    def method_callbacks(self) -> list[L.Callback]:
+        """The division (its diagnostics: the base's ``diagnostics`` option)."""
+        return [GMMDivision()]
 
     def setup(self, stage: str) -> None:
         """For ``fit``: the pseudo-label table (ones until the first division or a checkpoint)."""
@@ -186,16 +179,6 @@ class ReCon(RetrievalMethod):
         n = len(retrieval_data(self.trainer, "ReCon").train_pairs())
         if not self.pseudo_labels.ready or self.pseudo_labels.num_samples != n:
             self.pseudo_labels.reset(n)
-
-    def is_warmup_epoch(self, epoch: int) -> bool:
-        return epoch < self.hparams.warmup_epochs
-
-    def lr_factor(self, epoch: int) -> float:
-        """The step schedule, counting the epochs after the warm-up (NCR) or all of them
-        (``lr_schedule="global"``)."""
-        hp = self.hparams
-        start = 0 if hp.lr_schedule == "global" else hp.warmup_epochs
-        return step_decay(epoch, hp.lr_update, start)
 
     # ------------------------------------------------------------------ division (GMMDivisible)
     def division_due(self, epoch: int) -> bool:
@@ -233,7 +216,7 @@ class ReCon(RetrievalMethod):
 
     def load_training_state(self, state: dict[str, Any]) -> None:
         saved = state.get("division")
-        self.division = None if saved is None else ThreeWayDivision(**saved)
+        self.division = ThreeWayDivision.from_state(saved)
         if state.get("pseudo_labels") is not None:
             self.pseudo_labels.load_state_dict(state["pseudo_labels"])
 
@@ -300,17 +283,6 @@ class ReCon(RetrievalMethod):
 
 def _check_ranges(hp: Any) -> None:
     """Raise ConfigError (a ValueError) naming the offending ``model.*`` option."""
-    for name, least in (("warmup_epochs", 0), ("division_interval", 1)):
-        if int(hp[name]) != hp[name] or hp[name] < least:
-            raise ConfigError(f"model.{name} must be an integer >= {least}, got {hp[name]}")
-    for name in ("margin", "tau", "alpha", "relation_temperature"):
-        if not hp[name] > 0:
-            raise ConfigError(f"model.{name} must be > 0, got {hp[name]}")
-    if not hp.xi >= 0:
-        raise ConfigError(f"model.xi must be >= 0, got {hp.xi}")
-    for name in ("omega1", "omega2", "beta"):
-        if not 0.0 <= hp[name] <= 1.0:
-            raise ConfigError(f"model.{name} must lie in [0, 1], got {hp[name]}")
-    size = hp.division_batch_size
-    if size is not None and size < 2:
-        raise ConfigError(f"model.division_batch_size must be >= 2 or null, got {size}")
+    check_ranges(hp, integers={"warmup_epochs": 0, "division_interval": 1},
+                 positive=["margin", "tau", "alpha", "relation_temperature"], nonnegative=["xi"],
+                 unit=["omega1", "omega2", "beta"], batch_sizes=["division_batch_size"])

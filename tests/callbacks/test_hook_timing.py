@@ -94,8 +94,8 @@ class _Recorder(L.LightningModule):
 
 def test_callbacks_run_in_their_hooks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = SimpleNamespace(train_pairs=lambda: None, num_workers=0)
-    monkeypatch.setattr("ncl.callbacks.division.retrieval_data", lambda trainer, name: data)
-    monkeypatch.setattr("ncl.callbacks.division.run_pass",  # (1, 8) losses of the pass
+    monkeypatch.setattr("ncl.callbacks.epoch_pass.retrieval_data", lambda trainer, name: data)
+    monkeypatch.setattr("ncl.callbacks.epoch_pass.run_pass",  # (1, 8) losses of the pass
                         lambda *args, **kwargs: torch.linspace(0, 1, 8)[None])
     module = _Recorder()
     trainer = L.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_progress_bar=False,

@@ -68,6 +68,13 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
     # issue 37: the package shows its layers (docs/design.md, "Layout")
     ("trainer.logger.class_path", "ncl.loggers.NclWandbLogger", "ncl.runs.loggers.NclWandbLogger"):
         "the loggers live with the run bookkeeping (ncl/runs/); the same class, so the same run",
+
+    # issue 37 (the skeleton in the base): entries below this line
+    ("model.init_args.diagnostics", ABSENT, True):
+        "diagnostics is a base option now (declared once, the base attaches Diagnostics); "
+        "methods that report nothing per epoch (RCL, the baselines) list it with its default, "
+        "and their Diagnostics logs nothing",
+
 }
 
 

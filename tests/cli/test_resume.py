@@ -116,7 +116,7 @@ def test_options_replaced_by_the_checkpoint_are_named(tmp_path: Path, synthetic_
 
 
 def test_runs_root_and_newest_checkpoint(tmp_path: Path) -> None:
-    trainer = {"default_root_dir": str(tmp_path), "logger": True,
+    trainer = {"default_root_dir": str(tmp_path),
                "logger": {"class_path": "ncl.runs.loggers.NclWandbLogger",
                           "init_args": {"save_dir": str(tmp_path / "runs"), "project": "p", "name": "exp"}}}
     root = runs_root(trainer)

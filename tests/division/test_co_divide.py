@@ -115,7 +115,7 @@ def _trainer(pairs: FakePairs) -> SimpleNamespace:
 
 @pytest.mark.parametrize("columns", [False, True])
 def test_divide_if_due_fits_the_chosen_column(columns: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("ncl.callbacks.division.retrieval_data", lambda trainer, name: trainer.datamodule)
+    monkeypatch.setattr("ncl.callbacks.epoch_pass.retrieval_data", lambda trainer, name: trainer.datamodule)
     method, pairs = _Method(columns), FakePairs(30)
     assert not divide_if_due(_trainer(pairs), method, 0)  # not due: nothing runs
     assert divide_if_due(_trainer(pairs), method, 2)
@@ -128,7 +128,7 @@ def test_divide_if_due_fits_the_chosen_column(columns: bool, monkeypatch: pytest
 
 
 def test_callback_divides_for_the_next_epoch_then_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("ncl.callbacks.division.retrieval_data", lambda trainer, name: trainer.datamodule)
+    monkeypatch.setattr("ncl.callbacks.epoch_pass.retrieval_data", lambda trainer, name: trainer.datamodule)
     method, trainer, callback = _Method(), _trainer(FakePairs(20)), GMMDivision()
     callback.setup(trainer, method, "fit")
     callback.on_train_epoch_end(trainer, method)  # end of epoch 0: epoch 1's division

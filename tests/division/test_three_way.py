@@ -9,6 +9,7 @@ import torch
 
 from ncl.division import (
     ThreeWayConfig,
+    ThreeWayDivision,
     divide_three_way,
     final_labels,
     initial_pseudo_labels,
@@ -88,8 +89,14 @@ def test_two_divisions_in_a_row() -> None:
     second, pseudo2 = divide_three_way(8, cm, im, p2, prob, pseudo, config)
     assert pseudo2.tolist() == pytest.approx([0.9, 0.8, 0.6 * 0.2, 0.6 * 0.4 + 0.4])
     assert second.labels.tolist() == pytest.approx([1.0, 1.0, 0.12, 0.64])
-    assert set(second.state()) == {"epoch", "cm_loss", "im_loss", "prediction", "clean_prob",
-                                   "discrepancy", "subset", "penalty", "labels"}
+    # the shared Division record (one row) and ReCon's own; an older checkpoint's keys load
+    assert set(second.state()) == {"epoch", "losses", "prob", "clean", "keep", "im_loss",
+                                   "prediction", "discrepancy", "subset", "penalty", "labels"}
+    old = {k: v for k, v in second.state().items() if k not in ("losses", "prob", "clean", "keep")}
+    old.update(cm_loss=second.cm_loss, clean_prob=second.clean_prob)
+    restored = ThreeWayDivision.from_state(old)
+    assert torch.equal(restored.losses, second.losses) and torch.equal(restored.clean, second.clean)
+    assert torch.equal(restored.prob, second.prob) and restored.epoch == 8
 
 
 @pytest.mark.parametrize("bad", [{"omega1": 1.5}, {"beta": -0.1}, {"alpha": 0.0},

@@ -59,7 +59,8 @@ def test_fit_warms_up_divides_rematches_and_tests(tmp_path: Path, synthetic_cach
     assert all(0.05 < m <= 0.11 for m in mass.values()), mass  # rho = 0.1 of the unit mass
     ckpt = last_checkpoint(folder)
     state = ckpt["ncl_training_state"]
-    assert state["division_epoch"] == 2 and state["clean_prob"].shape == (300,)
+    division = state["division"]  # the shared Division record, one row
+    assert division["epoch"] == 2 and division["prob"].shape == (1, 300)
     queues = state["queues"]
     assert queues.shape == (1, 32) and bool((queues >= 0).all()) and bool((queues < 300).all())
     weight = ckpt["state_dict"]["cost_net.weight"]

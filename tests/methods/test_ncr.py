@@ -229,7 +229,9 @@ def test_margin_modes_match_hand_computed_losses(mode: str, monkeypatch: pytest.
     model.division = Division(0, torch.zeros(2, 20), torch.stack([_W.repeat(7)[:20]] * 2),
                               torch.ones(2, 20, dtype=torch.bool))
     monkeypatch.setattr("ncl.methods.ncr.forward_batch", lambda net, batch: _S.clone())
-    monkeypatch.setattr("ncl.methods.ncr.memorization_prediction", lambda *args, **kwargs: _P.clone())
+    monkeypatch.setattr("ncl.division.co_divide.forward_batch", lambda net, batch: _S.clone())
+    monkeypatch.setattr("ncl.division.co_divide.memorization_prediction",  # co_rectify's P
+                        lambda *args, **kwargs: _P.clone())
     rec = _Recorder(model, unlabelled_on=True)
     model.cotrain_step(0, _batch([0, 1, 2]), _batch([3, 4, 5]))  # w of pairs 0, 1, 2 = _W
     (_, loss_l), (_, loss_u) = rec.losses  # separate steps: labelled, then unlabelled

@@ -144,8 +144,8 @@ def _fake_pass(model: ReCon, monkeypatch: pytest.MonkeyPatch,
         return passes[epoch][None]  # (1, N, 3)
 
     data = SimpleNamespace(train_pairs=lambda: None, num_workers=0, batch_size=8)
-    monkeypatch.setattr("ncl.callbacks.division.run_pass", fake)
-    monkeypatch.setattr("ncl.callbacks.division.retrieval_data", lambda trainer, name: data)
+    monkeypatch.setattr("ncl.callbacks.epoch_pass.run_pass", fake)
+    monkeypatch.setattr("ncl.callbacks.epoch_pass.retrieval_data", lambda trainer, name: data)
     monkeypatch.setattr("ncl.methods.recon.retrieval_data", lambda trainer, name: data)
     monkeypatch.setattr(ReCon, "trainer", property(lambda self: None))
     trainer = SimpleNamespace(global_rank=0, world_size=1)

@@ -15,7 +15,7 @@ import pytest
 from ncl.reproduce import cli as reproduce
 from ncl.reproduce.cells import cell_env
 from ncl.reproduce.grid import CLEAN, PRESETS, Cell, grid
-from ncl.reproduce.records import detection, detection_of_row, legacy_detection_of_row
+from ncl.reproduce.records import detection, legacy_detection_of_row
 from ncl.reproduce.tables import purity_table, rsum_summary
 
 REPO = Path(__file__).resolve().parents[2]
