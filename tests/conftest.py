@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from helpers import write_split, write_vocab
+from workers import worker_index, worker_port
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -25,6 +26,13 @@ atexit.register(shutil.rmtree, os.environ["NCL_TOKEN_CACHE"], ignore_errors=True
 # them 10-50x slower whenever another process shares the cores. One thread is faster here.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
+
+
+# Two-process runs (``ddp_spawn`` in this process, ``--trainer.devices=2`` in a child) meet on
+# MASTER_PORT. Lightning otherwise asks the OS for a free port and then keeps it in os.environ
+# for the rest of the process; two parallel workers could draw the same one. Each worker takes
+# one from its own block instead (a user's own MASTER_PORT wins).
+os.environ.setdefault("MASTER_PORT", str(worker_port(worker_index(), os.getpid())))
 
 
 @pytest.fixture
