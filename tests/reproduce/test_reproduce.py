@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from ncl.reproduce.cells import cell_env
 from ncl.reproduce.grid import CLEAN, PRESETS, Cell, grid
 from ncl.reproduce.records import detection, detection_of_row
 from ncl.reproduce.tables import purity_table, rsum_summary
+from launch import launch
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,7 +87,7 @@ def test_paper_dry_run_builds_the_method_configs_command_lines(tmp_path: Path,
     assert "--data.noise_file=null" not in fits[("ncr_sgr_f30k.yaml", "--data.noise_type=caption")]
     # the overrides are valid for the CLI (parsed, nothing trained)
     command = fits[("rcl_sgr_f30k.yaml", "--data.noise_type=caption")]
-    done = subprocess.run([*command, "--print_config"], capture_output=True, text=True, check=False,
+    done = launch([*command, "--print_config"], capture_output=True, text=True, check=False,
                           cwd=REPO, env=cell_env(threads=1))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "NclCSVLogger" in done.stdout and "noise_file: null" in done.stdout
