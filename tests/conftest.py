@@ -4,6 +4,7 @@ per parallel worker, and tiny runs trained once per session for the tests that o
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import shutil
 import tempfile
@@ -30,11 +31,22 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
 
 
-# Two-process runs (``ddp_spawn`` in this process, ``--trainer.devices=2`` in a child) meet on
-# MASTER_PORT. Lightning otherwise asks the OS for a free port and then keeps it in os.environ
-# for the rest of the process; two parallel workers could draw the same one. Each worker takes
-# one from its own block instead (a user's own MASTER_PORT wins).
-os.environ.setdefault("MASTER_PORT", str(worker_port(worker_index(), os.getpid())))
+#: Where the next test's MASTER_PORT is looked for in this worker's block: offset by the process
+#: id, so that two suites on one machine start apart, then one port further for every test.
+_next_port = itertools.count(os.getpid() % 1000)
+
+
+@pytest.fixture(autouse=True)
+def master_port(monkeypatch: pytest.MonkeyPatch) -> int:
+    """A MASTER_PORT of its own for every test, from this worker's block of ports.
+
+    Two-process runs (``ddp_spawn`` in this process, ``--trainer.devices=2`` in a child) meet
+    on MASTER_PORT. Lightning otherwise asks the OS for a free port and then leaves it in
+    os.environ for the rest of the process: two parallel workers could draw the same one, and
+    a run that reuses the previous run's port can find it still held (TIME_WAIT)."""
+    port = worker_port(worker_index(), next(_next_port))
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    return port
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from workers import worker_index, worker_port
+from workers import port_is_free, worker_index, worker_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,15 +55,26 @@ def test_ci_exit_status_is_pytest_s(tmp_path: Path, status: int) -> None:
 
 
 def test_workers_have_disjoint_port_blocks() -> None:
-    ports = {index: worker_port(index, pid=os.getpid()) for index in range(4)}
+    ports = {index: worker_port(index, start=os.getpid()) for index in range(4)}
     blocks = {port // 1000 for port in ports.values()}
     assert len(blocks) == 4, ports
     assert all(port < 32768 for port in ports.values())  # below Linux's ephemeral ports
 
 
-def test_this_worker_has_its_master_port(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_this_worker_has_its_master_port(monkeypatch: pytest.MonkeyPatch, master_port: int) -> None:
+    block = 15000 + 1000 * worker_index()
+    assert int(os.environ["MASTER_PORT"]) == master_port and block <= master_port < block + 1000
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
     assert worker_index() == 3
     monkeypatch.delenv("PYTEST_XDIST_WORKER")
     assert worker_index() == 0
-    assert 1024 < int(os.environ["MASTER_PORT"]) < 65536
+
+
+def test_a_held_port_is_passed_over() -> None:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("", 0))
+        port = held.getsockname()[1]
+        assert not port_is_free(port)
+    assert worker_port(0, start=0) == 15000 or not port_is_free(15000)

@@ -1,5 +1,5 @@
-"""Parallel test workers (pytest-xdist, ``-n 2``): which worker this is, and the TCP port its
-two-process runs meet on (set as MASTER_PORT by conftest.py)."""
+"""Parallel test workers (pytest-xdist, ``-n 2``): which worker this is, and the TCP ports its
+two-process runs meet on (a new MASTER_PORT for every test, set by conftest.py)."""
 
 from __future__ import annotations
 
@@ -22,12 +22,13 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def worker_port(index: int, pid: int) -> int:
-    """A free TCP port in worker ``index``'s own block of 1,000 (15000 + 1000 * index, below
-    Linux's ephemeral range), offset by ``pid`` so that two suites on one machine differ."""
+def worker_port(index: int, start: int) -> int:
+    """The first free TCP port at or after ``start`` (taken modulo 1,000) in worker ``index``'s
+    own block of 1,000 ports (15000 + 1000 * index, below Linux's ephemeral range, so that
+    no port the OS hands out collides with it)."""
     block = 15000 + 1000 * index
     for step in range(1000):
-        port = block + (pid + step) % 1000
+        port = block + (start + step) % 1000
         if port_is_free(port):
             return port
     raise RuntimeError(f"no free port in {block}..{block + 999}")
