@@ -13,6 +13,7 @@ import pytest
 from helpers import TINY_BACKBONE_ARGS
 
 import ncl.cli as cli
+from launch import launch
 
 QUICKSTART = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
 
@@ -22,7 +23,7 @@ def run_ncl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     exe = shutil.which("ncl") or str(Path(sys.executable).parent / "ncl")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     env["WANDB_MODE"] = "disabled"
-    return subprocess.run([exe, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return launch([exe, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
 def tiny(cache: Path, *extra: str) -> list[str]:

@@ -14,6 +14,7 @@ import torch
 
 from ncl.callbacks.self_refining import REINIT_STREAM
 from ncl.data.samplers import epoch_seed
+from launch import launch
 
 TESTS = Path(__file__).resolve().parent
 
@@ -53,5 +54,5 @@ def fit_killed_at(config: Path, step: int, extra: list[str]) -> subprocess.Compl
     env = {**os.environ, "PYTHONPATH": path, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "ncl.cli", "fit", "--config", str(config), *extra,
            "--trainer.callbacks+=resume_helpers.KillAtStep", f"--trainer.callbacks.step={step}"]
-    return subprocess.run(cmd, cwd=config.parent, env=env, capture_output=True, text=True,
+    return launch(cmd, cwd=config.parent, env=env, capture_output=True, text=True,
                           timeout=600)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import lightning as L
+from launch import launch
 
 TESTS = Path(__file__).resolve().parent
 
@@ -33,4 +34,4 @@ def fit_killed_at(config: Path, cwd: Path, step: int) -> subprocess.CompletedPro
            "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "ncl.cli", "fit", "--config", str(config),
            "--trainer.callbacks+=resume_helpers.KillAtStep", f"--trainer.callbacks.step={step}"]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return launch(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)

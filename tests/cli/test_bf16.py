@@ -7,12 +7,12 @@ from __future__ import annotations
 import csv
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from config_override import REPO, tiny_override
+from launch import ncl_here
 from tiny_runs import METHODS, method_config
 
 ALL = {**METHODS,
@@ -21,9 +21,9 @@ ALL = {**METHODS,
 
 
 def ncl(subcommand: str, config: Path, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
-    """``python -m ncl.cli SUBCOMMAND --config CONFIG ...`` in ``cwd``."""
-    return subprocess.run([sys.executable, "-m", "ncl.cli", subcommand, "--config", str(config),
-                           *extra], cwd=cwd, capture_output=True, text=True, timeout=600)
+    """``ncl SUBCOMMAND --config CONFIG ...`` in ``cwd``, in this process (a new interpreter
+    would spend seconds importing; nothing here needs one)."""
+    return ncl_here(subcommand, "--config", str(config), *extra, cwd=cwd)
 
 
 def fit(config: Path, cwd: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from tiny_runs import DDP_DATA, DDP_TRAINER, METHODS, method_config
+from launch import launch
 
 
 def test_clean_only_with_few_clean_pairs_does_not_hang_two_processes(tmp_path: Path) -> None:
@@ -21,7 +22,7 @@ def test_clean_only_with_few_clean_pairs_does_not_hang_two_processes(tmp_path: P
                            steps=6, trainer={**DDP_TRAINER, "limit_train_batches": 6},
                            data={**DDP_DATA, "batch_size": 2, "noise_ratio": 0.8})
     try:
-        out = subprocess.run([sys.executable, "-m", "ncl.cli", "fit", "--config", str(config)],
+        out = launch([sys.executable, "-m", "ncl.cli", "fit", "--config", str(config)],
                              cwd=tmp_path, capture_output=True, text=True, timeout=240,
                              env={**os.environ, "OMP_NUM_THREADS": "1"})
     except subprocess.TimeoutExpired as err:

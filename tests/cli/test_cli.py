@@ -1,30 +1,28 @@
-"""End-to-end: the installed ``ncl`` command on tiny data in the official layout."""
+"""End-to-end: the ``ncl`` command on tiny data in the official layout, run in this process
+(:func:`launch.ncl_here`: the same arguments, exit status and output, without a new
+interpreter). The console script's own exit status is checked in a real process by
+test_reliability.py and test_input_checks.py (``cli_helpers.run_ncl``)."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from helpers import TINY_BACKBONE_ARGS, write_split
+from helpers import TINY_BACKBONE_ARGS, prefill_token_cache, repeated_captions, write_split
+from launch import ncl_here
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = TINY_BACKBONE_ARGS
 
 
 def ncl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """Run the console script (falls back to ``python -m ncl.cli`` if not on PATH)."""
-    exe = shutil.which("ncl")
-    cmd = [exe, *args] if exe else [sys.executable, "-m", "ncl.cli", *args]
-    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    """``ncl ARGS`` in ``cwd`` (in this process)."""
+    return ncl_here(*args, cwd=cwd)
 
 
 def test_fit_then_test_on_synthetic(tmp_path: Path, synthetic_cache: Path) -> None:
@@ -84,9 +82,7 @@ def _f30k_sized_dataset(root: Path) -> None:
     """F30K's split sizes with two 4-dim regions, so official noise files fit."""
     data = root / "f30k_precomp"
     words = ["a", "dog", "runs", "on", "the", "grass", "man", "rides", "bike"]
-    rng = np.random.default_rng(0)
-    caps = [" ".join(rng.choice(words, 6)) for _ in range(145000)]
-    write_split(data, "train", 29000, regions=2, dim=4, captions=caps)
+    write_split(data, "train", 29000, regions=2, dim=4, captions=repeated_captions(words, 145000))
     write_split(data, "dev", 20, regions=2, dim=4)
 
 
@@ -94,12 +90,14 @@ def _f30k_sized_dataset(root: Path) -> None:
 def test_official_vocab_and_noise_file_through_cli(tmp_path: Path, shared_data: Path, vocab: str,
                                                     size: int) -> None:
     _f30k_sized_dataset(tmp_path)
+    vocab_path = shared_data / "vocab" / f"{vocab}_precomp_vocab.json"
+    prefill_token_cache(tmp_path / "f30k_precomp", vocab_path)  # the loader reads the ids then
     noise = shared_data / "noise_index" / "rcl" / "f30k_precomp" / "noise_inx_0.6.npy"
     out = ncl("fit", "--config", str(REPO / "configs" / "rcl_sgr_f30k.yaml"),
               "--model.backbone.init_args.img_dim=4", "--model.backbone.init_args.num_regions=2",
               "--model.backbone.init_args.word_dim=8", "--model.backbone.init_args.embed_size=8",
               "--model.backbone.init_args.sim_dim=8", f"--data.data_root={tmp_path}",
-              f"--data.vocab_path={shared_data / 'vocab' / f'{vocab}_precomp_vocab.json'}",
+              f"--data.vocab_path={vocab_path}",
               f"--data.noise_file={noise}", "--data.batch_size=16", "--data.num_workers=0",
               "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
               "--trainer.limit_val_batches=2", "--trainer.num_sanity_val_steps=0",

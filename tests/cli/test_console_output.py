@@ -19,6 +19,7 @@ import yaml
 from helpers import TINY_BACKBONE_ARGS
 
 from ncl.evaluation.report import read_results
+from launch import launch
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
@@ -50,7 +51,7 @@ def fit_into_file(work: Path, *extra: str) -> tuple[subprocess.CompletedProcess,
     """``ncl fit ... > log.txt``: stdout goes to a file (not a terminal); returns the log."""
     log = work / "log.txt"
     with log.open("w") as handle:
-        out = subprocess.run(ncl_command("fit", *tiny_args(work / "cache", work / "runs", *extra)),
+        out = launch(ncl_command("fit", *tiny_args(work / "cache", work / "runs", *extra)),
                              cwd=work, env=console_env(), stdout=handle, stderr=subprocess.PIPE,
                              text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -98,7 +99,7 @@ def test_evaluating_a_fit_checkpoint_does_not_ask_for_callbacks(logged_fit, subc
     warned "Please add the following callbacks: ['Figures']" on every ncl test/validate."""
     work, _ = logged_fit
     (ckpt,) = work.glob("runs/lightning_logs/version_0/checkpoints/last.ckpt")
-    out = subprocess.run(
+    out = launch(
         ncl_command(subcommand, *tiny_args(work / "cache", work / f"eval_{subcommand}"),
                     f"--ckpt_path={ckpt}"),
         cwd=work, env=console_env(), capture_output=True, text=True, timeout=600)
@@ -115,7 +116,7 @@ def test_two_process_run_prints_no_torch_deprecation_per_rank(tmp_path: Path) ->
     compares the ranks' weights with Lightning's ``all_gather``: torch 2.13 deprecated the
     function behind it and each rank printed the deprecation; spawned ranks also printed the
     warnings ncl filters (a spawned interpreter never ran ncl's console setup)."""
-    out = subprocess.run(
+    out = launch(
         ncl_command("fit", *tiny_args(tmp_path / "cache", tmp_path / "runs"),
                     "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
                     "--trainer.limit_val_batches=1", "--trainer.devices=2",
@@ -136,7 +137,7 @@ def run_on_terminal(command: list[str], cwd: Path) -> tuple[int, str]:
     """Run ``command`` with stdout and stderr on a pseudo-terminal; (exit status, output)."""
     leader, follower = pty.openpty()
     env = {**console_env(), "TERM": "xterm", "COLUMNS": "160"}
-    process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+    process = launch(command, popen=True, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                stdout=follower, stderr=follower)
     os.close(follower)
     chunks = []
@@ -179,7 +180,7 @@ def test_video_test_table_names_video_and_shows_ranks(tmp_path: Path) -> None:
     common = ["--config", str(config), "--config", str(override)]
 
     def ncl(*args: str) -> subprocess.CompletedProcess:
-        out = subprocess.run(ncl_command(*args), cwd=tmp_path, env=console_env(),
+        out = launch(ncl_command(*args), cwd=tmp_path, env=console_env(),
                              capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
         return out

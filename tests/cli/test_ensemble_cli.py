@@ -5,7 +5,6 @@ checked against an independent computation from the weights and the test split."
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
@@ -36,28 +35,11 @@ def _write(path: Path, content: dict) -> Path:
     return path
 
 
-def _fit(root: Path, cache: Path, module: str) -> Path:
-    """Train configs/rcl_<module>_f30k.yaml for 2 steps on tiny data; its best checkpoint."""
-    config = REPO / "configs" / f"rcl_{module.lower()}_f30k.yaml"
-    data = _tiny_data(cache)
-    data["init_args"]["noise_file"] = None  # an official index fits the official sizes only
-    override = _write(root / f"fit_{module}.yaml", {
-        "data": data,
-        "model": {"init_args": {"backbone": {"init_args": TINY}}},
-        "trainer": {"max_epochs": 1, "limit_train_batches": 2, "accelerator": "cpu",
-                    "enable_progress_bar": False}})
-    main(["fit", "--config", str(config), "--config", str(override)])
-    found = sorted((root / "runs" / "ncl" / f"rcl_{module.lower()}_f30k").rglob("best-*.ckpt"))
-    assert len(found) == 1, found
-    return found[0]
-
-
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory, synthetic_cache: Path) -> dict[str, Path]:
-    """``{"SGR": best.ckpt, "SAF": best.ckpt}`` of two tiny ncl runs (W&B disabled)."""
-    root = tmp_path_factory.mktemp("ensemble_runs")
-    with contextlib.chdir(root):  # the configs write runs/<project>/<name>/... under the cwd
-        return {m: _fit(root, synthetic_cache, m) for m in MODULES}
+def trained(rcl_f30k_checkpoint) -> dict[str, Path]:
+    """``{"SGR": best.ckpt, "SAF": best.ckpt}`` of two tiny ncl runs of configs/rcl_<m>_f30k.yaml
+    (the session's shared runs, conftest.train_rcl_f30k; only read here)."""
+    return {m: rcl_f30k_checkpoint(m) for m in MODULES}
 
 
 def _test(config: str, root: Path, cache: Path, checkpoints: list[Path]) -> dict:

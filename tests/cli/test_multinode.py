@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from launch import launch
 
 REPO = Path(__file__).resolve().parents[2]
 SLURM_DIR = REPO / "ncl" / "reproduce" / "templates"  # package data
@@ -83,8 +84,8 @@ def test_two_nodes_on_localhost(tmp_path: Path, synthetic_cache: Path) -> None:
                "--config", str(config),
                "--trainer.num_nodes", "2", "--trainer.devices", "1", "--trainer.strategy", "ddp"]
         with log.open("w") as out:
-            procs.append(subprocess.Popen(cmd, cwd=node_dir, env=env, stdout=out,
-                                          stderr=subprocess.STDOUT))
+            procs.append(launch(cmd, popen=True, cwd=node_dir, env=env, stdout=out,
+                                stderr=subprocess.STDOUT))
     try:
         codes = [p.wait(timeout=TIMEOUT_S) for p in procs]
     finally:

@@ -11,19 +11,17 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
 from ncl.cli import main
 
-from helpers import write_split
+from helpers import prefill_token_cache, repeated_captions, write_split
+from launch import ncl_here
 from ncl.compose import merged
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,10 +115,9 @@ def test_rcl_cc152k_comment_cites_table_4() -> None:
 
 # --------------------------------------------------------------------- through the CLI
 def ncl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """The console script in a fresh process (exit status and stderr as a user sees them)."""
-    exe = shutil.which("ncl") or str(Path(sys.executable).with_name("ncl"))
-    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([exe, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    """``ncl ARGS`` in ``cwd`` (in this process: the same exit status and ``ncl: error:`` line;
+    the console script's own status is tested in test_reliability.py)."""
+    return ncl_here(*args, cwd=cwd)
 
 
 @pytest.mark.parametrize("config", ["rcl_sgr_f30k", "baseline_triplet_saf_coco_imagenoise"])
@@ -142,10 +139,9 @@ def _f30k_sized(root: Path, shared_data: Path) -> None:
     official index files where RCL keeps them."""
     data = root / "f30k_precomp"
     words = ["a", "dog", "runs", "on", "the", "grass"]
-    rng = np.random.default_rng(0)
-    write_split(data, "train", 29000, regions=2, dim=4,
-                captions=[" ".join(rng.choice(words, 5)) for _ in range(145000)])
+    write_split(data, "train", 29000, regions=2, dim=4, captions=repeated_captions(words, 145000))
     write_split(data, "dev", 20, regions=2, dim=4)
+    prefill_token_cache(data, shared_data / "vocab" / "f30k_precomp_vocab.json")  # read, not re-tokenised
     for path in (shared_data / "noise_index" / "rcl" / "f30k_precomp").glob("noise_inx_*.npy"):
         shutil.copy(path, data / path.name)
 

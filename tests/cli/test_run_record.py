@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from cli_helpers import error_lines, main_exit, tiny
 from tiny_runs import METHODS, method_config
 
 from ncl import cli
+from launch import launch
 
 main = cli.main
 TESTS = Path(__file__).resolve().parents[1]
@@ -178,7 +178,7 @@ def test_a_failed_start_leaves_no_run_folder(tmp_path: Path, capsys: pytest.Capt
 def fit_killed_before_first_checkpoint(args: list[str], cwd: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
            "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-m", "ncl.cli", "fit", *args,
+    out = launch([sys.executable, "-m", "ncl.cli", "fit", *args,
                           "--trainer.callbacks+=resume_helpers.KillAtStep", "--trainer.callbacks.step=0"],
                          cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert out.returncode == -9, out.stderr[-3000:]

@@ -28,6 +28,7 @@ from ncl.callbacks.tracking import WandbRunContent, results_table, source_commit
 from ncl.cli import added_callbacks
 from ncl.evaluation.report import read_results
 from ncl.runs.loggers import NclWandbLogger
+from launch import launch
 
 REPO = Path(__file__).resolve().parents[2]
 EPOCHS = 2
@@ -103,7 +104,7 @@ def offline_env(home: Path) -> dict[str, str]:
 
 
 def ncl_offline(args: list[str], root: Path) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "ncl.cli", *args], cwd=root,
+    done = launch([sys.executable, "-m", "ncl.cli", *args], cwd=root,
                           env=offline_env(root / "home"), stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stderr[-3000:]

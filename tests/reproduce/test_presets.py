@@ -6,15 +6,15 @@ from __future__ import annotations
 import os
 import shlex
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from ncl.reproduce import cli as reproduce
-from ncl.reproduce.cells import BENCH, METHODS, cell_env, configs_dir
+from ncl.reproduce.cells import BENCH, METHODS, configs_dir
 from ncl.reproduce.slurm import TEMPLATES, template_text
+from launch import launch, ncl_here
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -64,8 +64,8 @@ def test_video_preset_runs_the_shipped_video_configs(tmp_path: Path, capsys: pyt
                                                  "lnc_video_synthetic.yaml", "rcl_video_synthetic.yaml"]
     assert len(configs) == 3 * 3 and all(p.exists() for p in configs)  # 0 %, then 20 and 50 % caption
     lnc = next(c for c in commands if c[3] == "fit" and "lnc_video" in " ".join(c) and "--data.noise_ratio=0.5" in c)
-    done = subprocess.run([*lnc, "--print_config"], capture_output=True, text=True, check=False, cwd=REPO,
-                          env=cell_env(threads=1))
+    assert lnc[1:3] == ["-m", "ncl.cli"]  # python -m ncl.cli ...: run its arguments in this process
+    done = ncl_here(*lnc[3:], "--print_config", cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "noise_ratio: 0.5" in done.stdout and "NclCSVLogger" in done.stdout
 
@@ -83,7 +83,7 @@ def test_configs_are_found_in_the_working_directory_or_named(tmp_path: Path,
 
 def test_slurm_writes_the_packaged_templates_and_keeps_existing_files(tmp_path: Path) -> None:
     out = tmp_path / "slurm"
-    done = subprocess.run([sys.executable, "-m", "ncl.reproduce", "slurm", "--out", str(out)],
+    done = launch([sys.executable, "-m", "ncl.reproduce", "slurm", "--out", str(out)],
                           capture_output=True, text=True, check=False, cwd=tmp_path,
                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert done.returncode == 0, done.stderr[-2000:]

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from ncl.reproduce import cli as reproduce
-from ncl.reproduce.cells import cell_env
 from ncl.reproduce.grid import CLEAN, PRESETS, Cell, grid
 from ncl.reproduce.records import detection, legacy_detection_of_row
 from ncl.reproduce.tables import purity_table, rsum_summary
+from launch import ncl_here
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,8 +86,8 @@ def test_paper_dry_run_builds_the_method_configs_command_lines(tmp_path: Path,
     assert "--data.noise_file=null" not in fits[("ncr_sgr_f30k.yaml", "--data.noise_type=caption")]
     # the overrides are valid for the CLI (parsed, nothing trained)
     command = fits[("rcl_sgr_f30k.yaml", "--data.noise_type=caption")]
-    done = subprocess.run([*command, "--print_config"], capture_output=True, text=True, check=False,
-                          cwd=REPO, env=cell_env(threads=1))
+    assert command[1:3] == ["-m", "ncl.cli"]  # python -m ncl.cli ...: run its arguments in this process
+    done = ncl_here(*command[3:], "--print_config", cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "NclCSVLogger" in done.stdout and "noise_file: null" in done.stdout
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 
 from ncl.data.video import VideoDataModule
 from ncl.datatools import video_convert
+from launch import launch
 
 
 def release(tmp_path: Path) -> list[str]:
@@ -56,7 +56,7 @@ def test_varying_counts_without_captions_per_clip_is_one_clear_error(tmp_path: P
 
 
 def test_the_module_runs_with_python_dash_m(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "ncl.datatools.video_convert", *release(tmp_path),
+    done = launch([sys.executable, "-m", "ncl.datatools.video_convert", *release(tmp_path),
                            "--captions-per-clip", "3"], capture_output=True, text=True, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -23,12 +23,13 @@ ROOT = BENCHMARKS.parents[1]
 sys.path.insert(0, str(BENCHMARKS))
 
 import benchlib  # noqa: E402  (not a package; the scripts import it the same way)
+from launch import launch
 
 
 def run_bench(name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     """``python scripts/benchmarks/NAME.py ARGS`` with one thread, as a user would run it."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), *args],
+    done = launch([sys.executable, str(BENCHMARKS / f"{name}.py"), *args],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     if check:
         assert done.returncode == 0, done.stderr[-3000:]
