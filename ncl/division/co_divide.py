@@ -7,13 +7,15 @@
 * NCR/LNC's co-divide (spec 4.2.3-4.2.5): :func:`mean_hinge` (the per-sample loss of the pass),
   :func:`split_clean` (the clean/noisy threshold), :func:`abandon_mask` (LNC's Randomly Noise
   Abandon, Eq. 7), the :class:`Division` the method keeps in its training state (L2RM's and
-  ReCon's too) and :func:`co_rectify`, the targets a network trains on with its peer's division.
+  ReCon's too; :func:`co_divide_record` makes NCR's, :func:`division_made_for` says whether one
+  serves an epoch) and :func:`co_rectify`, the targets a network trains on with its peer's
+  division.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -53,6 +55,16 @@ class Division:
     prob: Tensor
     clean: Tensor
     keep: Tensor | None = None
+    # ``prob`` on the training device (:meth:`prob_on`): a copy, not state.
+    _device_prob: Tensor | None = field(default=None, init=False, repr=False, compare=False)
+
+    def prob_on(self, device: torch.device) -> Tensor:
+        """``(K, N)`` :attr:`prob` on ``device``, copied once per record (and device): a method
+        that reads the clean probabilities of every batch's pairs then makes one host -> device
+        copy per division rather than a device -> host copy of the batch's indices every step."""
+        if self._device_prob is None or self._device_prob.device != device:
+            self._device_prob = self.prob.to(device)
+        return self._device_prob
 
     def state(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "losses": self.losses, "prob": self.prob,
@@ -62,6 +74,14 @@ class Division:
     def from_state(cls, saved: dict[str, Any] | None) -> Division | None:
         """The record :meth:`state` wrote (``None`` stays ``None``)."""
         return None if saved is None else cls(**saved)
+
+
+def division_made_for(division: Division | None, epoch: int, needs_keep: bool = False) -> bool:
+    """Whether ``division`` serves ``epoch``: it exists, was made for that epoch and, when
+    ``needs_keep`` (an LNC warm-up epoch trains on the abandon draw), holds a keep mask."""
+    if division is None or division.epoch != epoch:
+        return False
+    return not needs_keep or division.keep is not None
 
 
 def mean_hinge(margin: float) -> PerSampleFn:
@@ -119,6 +139,16 @@ def abandon_mask(prob: Tensor, epoch: int, seed: int, fraction: float = 0.5,
     noisy = prob.cpu() < threshold  # (2, N)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return noise_abandon_mask(noisy[0], noisy[1], fraction, generator=generator)
+
+
+def co_divide_record(epoch: int, values: Tensor, prob: Tensor, threshold: float = 0.5,
+                     clean_rule: CleanRule = "greater", *, abandon: bool = False, seed: int = 0,
+                     fraction: float = 0.5) -> Division:
+    """NCR/LNC's :class:`Division` for ``epoch`` from ``(2, N)`` per-sample ``values`` and clean
+    probabilities ``prob``: the clean masks of :func:`split_clean` and, with ``abandon`` (an LNC
+    warm-up epoch), the keep mask of :func:`abandon_mask` (drawn from ``seed``, first)."""
+    keep = abandon_mask(prob, epoch, seed, fraction) if abandon else None
+    return Division(epoch, values, prob, split_clean(prob, threshold, clean_rule), keep)
 
 
 def co_rectify(net: nn.Module, peer: nn.Module, w: Tensor, labelled: dict[str, Tensor],

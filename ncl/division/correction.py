@@ -19,6 +19,9 @@ Three rules (``rule``):
 * ``"prediction"``: no correction (official ``--mc`` off; the paper's "without SCC" of
   Fig. 1): the label is the current estimate, not thresholded, and is also stored.
 
+The paper rule's estimates come from an eval-mode pass over the training set whose per-sample
+function is :func:`matching_estimate`.
+
 Epochs are 0-based within a piece (``epoch_in_piece = t - 1``); pieces are 0-based
 (``piece = j - 1``). See :class:`ncl.training.pieces.PieceSchedule` for the mapping from global
 epochs, and ``docs/methods/crcl.md`` for the full comparison.
@@ -29,10 +32,13 @@ from __future__ import annotations
 from typing import Literal, NamedTuple, get_args
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ncl.division._checks import check_finite, check_same_shape, check_unit_interval, check_vector
 from ncl.division.momentum import momentum_update
+from ncl.losses.crcl import AclForm, average_matching_probability
+from ncl.models.contracts import forward_batch
+from ncl.training.passes import PerSampleFn
 
 CorrectionRule = Literal["paper", "official", "prediction"]
 
@@ -192,3 +198,10 @@ def correct_labels(
         return CorrectedLabels(p, p)
     update = _official if rule == "official" else _paper
     return update(labels, estimate, piece, epoch_in_piece, freeze_epochs, momentum, threshold)
+
+
+def matching_estimate(tau: float, form: AclForm) -> PerSampleFn:
+    """The per-sample function of the estimate pass: ``(B,)`` ``p_hat_i`` of Eq. 10 in the batch."""
+    def fn(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        return average_matching_probability(forward_batch(net, batch).float(), tau, form)
+    return fn

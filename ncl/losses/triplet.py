@@ -269,3 +269,12 @@ def ncr_soft_margins(target: Tensor, mode: NcrMarginMode, alpha: float = 0.2,
                           device=target.device)
     m = soft_margin(target, alpha=alpha, kind=kind, base=base, div=div)
     return m.unsqueeze(1) if mode != "per_sample" and m.dim() == 1 else m
+
+
+def ncr_soft_triplet(sims: Tensor, margins: Tensor, mode: NcrMarginMode) -> Tensor:
+    """NCR's hardest-negative soft-margin triplet (LNC Eq. 10; spec 4.2.1 "train", which sums
+    it) with the margins :func:`ncr_soft_margins` shaped for ``mode``: ``(B,)`` per anchor in
+    ``per_sample``, else the code's ``(B, 1)`` column or ``(B, B)`` matrix, both read in
+    :func:`soft_margin_triplet_loss`'s ``official_2023`` layout. Returns ``(B,)``."""
+    layout = "per_sample" if mode == "per_sample" else "official_2023"
+    return soft_margin_triplet_loss(sims, margins, layout, "hardest")

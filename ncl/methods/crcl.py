@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 import lightning as L
 import torch
 from lightning.pytorch.cli import OptimizerCallable
-from torch import Tensor, nn
+from torch import Tensor
 
 from ncl.division.stats import CLEAN_AT, label_stats
 from ncl.callbacks.protocols import EpochDiagnostics, LabelView, RefineWhen
@@ -30,13 +30,14 @@ from ncl.callbacks.refinement import MomentumRefinement
 from ncl.callbacks.self_refining import SelfRefining
 from ncl.data.contracts import retrieval_data
 from ncl.division import CorrectionRule, correct_labels, filter_confident_noise
+from ncl.division.correction import matching_estimate
 from ncl.division.detection import zeroed_labels
 from ncl.errors import ConfigError
 from ncl.losses import AclForm, active_complementary_terms, average_matching_probability
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.methods.declaration import MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
 from ncl.models.contracts import forward_batch
-from ncl.training.passes import PassSpec, PerSampleFn
+from ncl.training.passes import PassSpec
 from ncl.training.pieces import (OFFICIAL_SCHEDULES_TRAIN_SH, OFFICIAL_WARM_EPOCH, PieceLocation,
                                  PieceSchedule)
 from ncl.training.state import PerSampleState, overwrite
@@ -54,13 +55,6 @@ OFFICIAL_PIECES = tuple(k + OFFICIAL_WARM_EPOCH for k in OFFICIAL_SCHEDULES_TRAI
 def crcl_optimizer(params: Any) -> torch.optim.Optimizer:
     """AdamW, lr 5e-4, weight decay 0.01: the official CRCL optimiser (spec 4.1, 4.4.1)."""
     return torch.optim.AdamW(params, lr=5e-4, weight_decay=0.01)
-
-
-def matching_estimate(tau: float, form: AclForm) -> PerSampleFn:
-    """The per-sample function of the estimate pass: ``(B,)`` ``p_hat_i`` of Eq. 10 in the batch."""
-    def fn(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-        return average_matching_probability(forward_batch(net, batch).float(), tau, form)
-    return fn
 
 
 class CRCL(RetrievalMethod):

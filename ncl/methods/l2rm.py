@@ -44,12 +44,12 @@ from ncl.callbacks.division import GMMDivision, divide_if_due
 from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, PassSpec
 from ncl.data.contracts import retrieval_data
 from ncl.data.datasets import Batch, PairDataset
-from ncl.division.co_divide import Division, mean_hinge
+from ncl.division.co_divide import Division, division_made_for, mean_hinge
 from ncl.losses.l2rm import rce_warmup_loss, symmetric_kl_loss
 from ncl.losses.triplet import triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
-from ncl.methods.l2rm_support import (check_queue_fits, fill_queue,
-                                      gather_queue_indices, idle_plan, legacy_division,
+from ncl.methods.l2rm_support import (check_queue_fits, epoch_plan, fill_queue,
+                                      gather_queue_indices, legacy_division,
                                       masks_own_image, no_region_lengths, other_cost_width,
                                       rematch_accuracy)
 from ncl.methods.reports import beta_division_report
@@ -57,11 +57,11 @@ from ncl.methods.skeleton import check_ranges
 from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
 from ncl.models.contracts import forward_batch
 from ncl.training.passes import eval_mode
-from ncl.training.plans import PlanLoader, StepDataset, rematch_plan, warmup_plan
+from ncl.training.plans import PlanLoader, StepDataset
 from ncl.streams import declare_stream
 from ncl.transport.cost import (CostNetwork, ImageQueue, draw_key_points, insert_key_points,
-                                key_point_cost_loss, own_image_mask)
-from ncl.transport.partial_ot import PartialPlan, partial_ot
+                                key_point_cost_loss, learned_cost_plan)
+from ncl.transport.partial_ot import PartialPlan
 
 MaskOwnImage = Literal["auto", "on", "off"]
 
@@ -179,24 +179,18 @@ class L2RM(RetrievalMethod):
         epoch-start hook; :func:`~ncl.callbacks.division.divide_if_due`)."""
         trainer, epoch = self.trainer, self.current_epoch
         dm = retrieval_data(trainer, "L2RM")
-        where = dict(rank=trainer.global_rank, world=trainer.world_size)
-        if self.is_warmup_epoch(epoch):
-            steps = warmup_plan([np.arange(len(pairs))], dm.batch_size, self.training_seed, epoch,
-                                **where)
-        else:
+        warmup = self.is_warmup_epoch(epoch)
+        if not warmup:
             divide_if_due(trainer, self, epoch)
-            steps = rematch_plan(self.division.clean[0].numpy(), dm.batch_size, self.training_seed,
-                                 epoch, **where)
-            if not steps:  # nothing trains (official); one step that rematch_step skips
-                steps = idle_plan(self.division.clean[0], epoch, dm.batch_size, trainer.world_size,
-                                  warn=self.global_rank == 0)
+        steps = epoch_plan(len(pairs), None if warmup else self.division.clean[0], dm.batch_size,
+                           self.training_seed, epoch, trainer.global_rank, trainer.world_size,
+                           warn=self.global_rank == 0)
         return PlanLoader(StepDataset(pairs, steps), dm.num_workers,
                           pin_memory=self.device.type == "cuda")
 
     # ------------------------------------------------------------------ division (GMMDivisible)
     def division_due(self, epoch: int) -> bool:
-        held = self.division
-        return not self.is_warmup_epoch(epoch) and (held is None or held.epoch != epoch)
+        return not self.is_warmup_epoch(epoch) and not division_made_for(self.division, epoch)
 
     def division_pass(self, epoch: int) -> tuple[PassSpec, GMMSpec]:
         """Every pair's mean hinge in eval mode over one shuffle cut into batches of the
@@ -311,22 +305,19 @@ class L2RM(RetrievalMethod):
 
     def transport_plan(self, sims: Tensor) -> PartialPlan:
         """The partial plan of the learned cost ``max(f(S), 1e-10)`` (no gradient), each
-        noisy caption's own image masked when ``mask_own_image`` says so."""
+        noisy caption's own image masked when ``mask_own_image`` says so
+        (:func:`~ncl.transport.cost.learned_cost_plan`)."""
         hp = self.hparams
-        with torch.no_grad():
-            cost = self.cost_net(sims).clamp_min(1e-10)
         masked = masks_own_image(hp.mask_own_image, retrieval_data(self.trainer, "L2RM"))
-        mask = own_image_mask(cost.shape[0], cost.shape[1], cost.device) if masked else None
-        return partial_ot(cost, hp.rho, hp.reg, mask, hp.sinkhorn_max_iter, hp.sinkhorn_threshold,
-                          hp.dummy_scale)
+        return learned_cost_plan(self.cost_net, sims, masked, hp.rho, hp.reg, hp.sinkhorn_max_iter,
+                                 hp.sinkhorn_threshold, hp.dummy_scale)
 
     # ------------------------------------------------------------------ diagnostics
     def epoch_diagnostics(self, epoch: int, true_clean: Tensor | None) -> EpochDiagnostics:
         """The division epoch ``epoch`` trains on (:func:`~ncl.methods.reports.beta_division_report`)."""
-        division = self.division
-        if self.is_warmup_epoch(epoch) or division is None or division.epoch != epoch:
+        if self.is_warmup_epoch(epoch) or not division_made_for(self.division, epoch):
             return EpochDiagnostics()
-        return beta_division_report(division, true_clean, self.hparams.bmm_seed)
+        return beta_division_report(self.division, true_clean, self.hparams.bmm_seed)
 
 
 def _check_ranges(hp: Any) -> None:

@@ -1,6 +1,6 @@
-"""L2RM's image queue (its first filling and its copy in checkpoints), its idle epochs, options
-and the rematching's diagnostic, kept apart from :mod:`ncl.methods.l2rm` so that the method reads
-as its three phases.
+"""L2RM's image queue (its first filling and its copy in checkpoints), its epoch plans (idle ones
+included), options and the rematching's diagnostic, kept apart from :mod:`ncl.methods.l2rm` so
+that the method reads as its three phases.
 
 The queue is **per rank** under DDP: it holds this rank's last noisy batches, as it would in a
 single process of the rank's batch size (the transport is between a rank's own noisy captions
@@ -21,7 +21,7 @@ from ncl.data.contracts import RetrievalData, clean_mask_known
 from ncl.data.datasets import Batch, PairDataset, collate
 from ncl.division.co_divide import Division
 from ncl.errors import ConfigError, NclWarning
-from ncl.training.plans import Step
+from ncl.training.plans import Step, rematch_plan, warmup_plan
 from ncl.training.distributed import rank as process_rank
 from ncl.training.distributed import world_size
 from ncl.transport.cost import ImageQueue
@@ -64,18 +64,32 @@ def fill_queue(queue: ImageQueue, pairs: PairDataset, saved: Tensor | None,
     queue.fill(images, indices.to(torch.int64))
 
 
+def epoch_plan(num_pairs: int, clean: Tensor | None, batch_size: int, seed: int, epoch: int,
+               rank: int, world: int, warn: bool) -> list[Step]:
+    """One L2RM epoch's steps: a shuffled pass over all ``num_pairs`` pairs in the warm-up
+    (``clean`` is ``None``), else :func:`~ncl.training.plans.rematch_plan` of the division's
+    ``(N,)`` bool ``clean`` mask, or :func:`idle_plan` when that leaves no full batch (``warn``:
+    rank 0 says why)."""
+    if clean is None:
+        return warmup_plan([np.arange(num_pairs)], batch_size, seed, epoch, rank, world)
+    steps = rematch_plan(clean.numpy(), batch_size, seed, epoch, rank, world)
+    if not steps:  # nothing trains (official); one step that the rematching step skips
+        steps = idle_plan(clean, epoch, batch_size, world, warn)
+    return steps
+
+
 def idle_plan(clean: Tensor, epoch: int, batch_size: int, world: int, warn: bool) -> list[Step]:
     """The plan of an epoch whose division (``(N,)`` bool ``clean``) leaves no full batch of
     clean pairs: the official code trains nothing that epoch (its clean loader is empty) and
     divides again before the next. Lightning cannot run an epoch without batches, so the epoch
     gets one short step that the rematching step skips (``train/idle``); ``warn`` (rank 0)
     says why."""
-    if warn:
+    if warn:  # stacklevel 4: past epoch_plan and L2RM.l2rm_dataloader, to the loader's caller
         warnings.warn(f"L2RM epoch {epoch}: the Beta-mixture division called {int(clean.sum())} "
                       f"of {clean.numel()} pairs clean, fewer than one batch of {batch_size} per "
                       f"process ({world} process(es)); as the official code, nothing trains this "
                       "epoch and the next epoch divides again (see l2rm/* in metrics.csv)",
-                      NclWarning, stacklevel=3)
+                      NclWarning, stacklevel=4)
     return [Step(0, np.zeros(1, dtype=np.int64))]
 
 

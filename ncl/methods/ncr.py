@@ -19,7 +19,6 @@ from functools import partial
 from typing import Any, ClassVar, Literal
 
 import lightning as L
-import numpy as np
 from torch import Tensor
 
 from ncl.callbacks.division import GMMDivision, divide_if_due
@@ -30,16 +29,16 @@ from ncl.data.datasets import Batch, PairDataset
 from ncl.data.samplers import global_seed
 from ncl.division import CleanRule, PredictionForm, momentum_regularizer, momentum_update, mr_prediction
 from ncl.errors import ConfigError
-from ncl.losses import (NcrMarginMode, RecastKind, ncr_soft_margins, psi4_boundary,
-                        soft_margin_triplet_loss, triplet_loss)
+from ncl.losses import (NcrMarginMode, RecastKind, ncr_soft_margins, ncr_soft_triplet,
+                        psi4_boundary, triplet_loss)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
 from ncl.methods.reports import co_divide_report
 from ncl.methods.skeleton import check_ranges
-from ncl.division.co_divide import Division, abandon_mask, co_rectify, mean_hinge, split_clean
+from ncl.division.co_divide import Division, co_divide_record, co_rectify, division_made_for, mean_hinge
 from ncl.models.contracts import forward_batch
-from ncl.training.plans import (DIVISION_STREAM, PlanLoader, StepDataset, check_cotraining_possible,
-                                cotrain_plan, limit_steps, warmup_plan)
+from ncl.training.plans import (DIVISION_STREAM, PlanLoader, StepDataset, co_teaching_plan,
+                                unlabelled_loss_active)
 from ncl.training.state import PerSampleState
 
 UnlabelledUpdate = Literal["separate_step", "summed"]
@@ -137,9 +136,6 @@ class NCR(RetrievalMethod):
         # Training state (checkpointed with the method, identical on every rank):
         self.division: Division | None = None  # the latest division (for ``division.epoch``)
         self.momentum_targets = PerSampleState(2, fill=1.0) if momentum_regularization else None
-        # The division's clean probabilities on the training device (not state: a copy of
-        # ``division.prob``), made once per division instead of gathered on the host per step.
-        self._device_prob: tuple[Division, Tensor] | None = None
 
     def method_callbacks(self) -> list[L.Callback]:
         """The co-divide (and abandon draw), LNC's momentum targets after every step."""
@@ -156,10 +152,8 @@ class NCR(RetrievalMethod):
         return "abandon" if hp.noise_abandon and epoch >= 1 else None
 
     def division_due(self, epoch: int) -> bool:
-        kind, held = self.division_kind(epoch), self.division
-        if kind is None:
-            return False
-        return held is None or held.epoch != epoch or (kind == "abandon" and held.keep is None)
+        kind = self.division_kind(epoch)
+        return kind is not None and not division_made_for(self.division, epoch, kind == "abandon")
 
     def division_pass(self, epoch: int) -> tuple[PassSpec, GMMSpec]:
         """Every pair's mean hinge (spec 4.2.4), a shuffle per network, the training batch size."""
@@ -171,11 +165,9 @@ class NCR(RetrievalMethod):
 
     def accept_division(self, epoch: int, values: Tensor, clean_prob: Tensor) -> None:
         hp = self.hparams
-        keep = None
-        if self.division_kind(epoch) == "abandon":
-            keep = abandon_mask(clean_prob, epoch, self.plan_seed, hp.abandon_fraction)
-        clean = split_clean(clean_prob, hp.p_threshold, hp.clean_rule)
-        self.division = Division(epoch, values, clean_prob, clean, keep)
+        self.division = co_divide_record(epoch, values, clean_prob, hp.p_threshold, hp.clean_rule,
+                                         abandon=self.division_kind(epoch) == "abandon",
+                                         seed=self.plan_seed, fraction=hp.abandon_fraction)
 
     # ------------------------------------------------------------------ state (MomentumRefinement)
     def refinement_table(self) -> PerSampleState:
@@ -211,36 +203,28 @@ class NCR(RetrievalMethod):
     default_lr_schedule, logs_lr_factor = "after_warmup", True
 
     def unlabelled_loss_on(self) -> bool:
-        """Whether the noisy-subset loss is used in the current co-training epoch."""
-        start = self.hparams.unlabelled_start
-        if start is None:
-            max_epochs = self.trainer.max_epochs
-            if max_epochs is None or max_epochs < 0:
-                raise ConfigError("model.unlabelled_start=null needs trainer.max_epochs "
-                                  "(the official start is num_epochs // 2)")
-            start = (max_epochs - self.hparams.warmup_epochs) // 2
-        return self.current_epoch - self.hparams.warmup_epochs >= start
+        """Whether the noisy-subset loss is used in the current co-training epoch
+        (:func:`~ncl.training.plans.unlabelled_loss_active`)."""
+        hp = self.hparams  # the trainer is read only when the start depends on it
+        max_epochs = self.trainer.max_epochs if hp.unlabelled_start is None else None
+        return unlabelled_loss_active(self.current_epoch, hp.warmup_epochs, hp.unlabelled_start,
+                                      max_epochs)
 
     def co_teaching_dataloader(self, pairs: PairDataset) -> PlanLoader:
         """This epoch's loader over ``pairs``: warm-up passes or the co-divided plan. The
         epoch's division is made here if missing: the loader is built before any epoch-start
         hook (:func:`~ncl.callbacks.division.divide_if_due`, the same as GMMDivision's)."""
-        hp, trainer, epoch = self.hparams, self.trainer, self.current_epoch
+        trainer, epoch = self.trainer, self.current_epoch
         dm = retrieval_data(trainer, "NCR/LNC")
-        where = dict(rank=trainer.global_rank, world=trainer.world_size)
         divide_if_due(trainer, self, epoch)
-        if self.is_warmup_epoch(epoch):
-            pool = np.arange(len(pairs))
-            if self.division_kind(epoch) == "abandon":  # LNC Alg. 1 l. 6-9
-                pool = np.flatnonzero(self.division.keep.numpy())
-            steps = warmup_plan([pool, pool], dm.batch_size, self.plan_seed, epoch, **where)
-        else:
-            clean = self.division.clean
-            check_cotraining_possible(clean, epoch)
-            unlabelled = self.unlabelled_loss_on() or hp.soft_margin == "sigmoid"
-            steps = cotrain_plan([c.numpy() for c in clean], dm.batch_size, self.plan_seed, epoch,
-                                 with_unlabelled=unlabelled, **where)
-        steps = limit_steps(steps, trainer.limit_train_batches)
+        cotrain = not self.is_warmup_epoch(epoch)
+        keep = self.division.keep if self.division_kind(epoch) == "abandon" else None
+        # the unlabelled batches: for the noisy-subset loss, or for Psi4's boundary (its targets)
+        unlabelled = cotrain and (self.unlabelled_loss_on() or self.hparams.soft_margin == "sigmoid")
+        steps = co_teaching_plan(len(pairs), dm.batch_size, self.plan_seed, epoch, keep=keep,
+                                 clean=self.division.clean if cotrain else None,
+                                 with_unlabelled=unlabelled, limit=trainer.limit_train_batches,
+                                 rank=trainer.global_rank, world=trainer.world_size)
         return PlanLoader(StepDataset(pairs, steps), dm.num_workers,
                           pin_memory=self.device.type == "cuda")
 
@@ -278,20 +262,10 @@ class NCR(RetrievalMethod):
                           ) -> tuple[Tensor, Tensor | None]:
         """Network ``k``'s targets, co-rectified with its peer's ``w`` (LNC Eq. 8-9):
         :func:`~ncl.division.co_divide.co_rectify`."""
-        hp = self.hparams
-        w = self.peer_clean_prob(k, labelled["index"])  # peer's
+        hp, index = self.hparams, labelled["index"]
+        w = self.division.prob_on(index.device)[1 - k][index]  # the peer's, (B,)
         return co_rectify(self.nets[k], self.nets[1 - k], w, labelled, unlabelled, hp.margin,
                           hp.prediction_form, hp.ncr_margin_mode)
-
-    def peer_clean_prob(self, k: int, index: Tensor) -> Tensor:
-        """Network ``1 - k``'s clean probability ``w`` of the pairs ``index`` (``(B,)``, on the
-        device), from a device copy of the division's ``(2, N)`` table: one host -> device copy
-        per division rather than a device -> host copy of ``index`` every step."""
-        division = self.division
-        held = self._device_prob
-        if held is None or held[0] is not division or held[1].device != index.device:
-            held = self._device_prob = (division, division.prob.to(index.device))
-        return held[1][1 - k][index]
 
     def soft_loss(self, k: int, batch: Batch, target: Tensor, div: float | None) -> Tensor:
         """Summed hardest-negative triplet (LNC Eq. 10; spec 4.2.1 "train") with the soft
@@ -300,8 +274,7 @@ class NCR(RetrievalMethod):
         margins = ncr_soft_margins(target, hp.ncr_margin_mode, hp.margin, hp.soft_margin,
                                    hp.soft_margin_base, div)
         sims = forward_batch(self.nets[k], batch)  # (B, B), train mode
-        layout = "per_sample" if hp.ncr_margin_mode == "per_sample" else "official_2023"
-        return soft_margin_triplet_loss(sims, margins, layout, "hardest").sum()
+        return ncr_soft_triplet(sims, margins, hp.ncr_margin_mode).sum()
 
     def cotrain_step(self, k: int, labelled: Batch, unlabelled: Batch | None) -> None:
         """One iteration of network ``k`` on its peer's division (spec 4.2.6)."""

@@ -36,7 +36,7 @@ from ncl.data.samplers import (  # noqa: F401 - the stream names are imported fr
     WARMUP_STREAM,
     rng_for,
 )
-from ncl.errors import TrainingError
+from ncl.errors import ConfigError, TrainingError
 
 
 @dataclass(frozen=True)
@@ -216,6 +216,53 @@ def check_cotraining_possible(clean: Tensor, epoch: int) -> None:
             f"(per network); co-training needs at least 2 to form a batch. The division has "
             f"collapsed (see division/* in metrics.csv): more warm-up epochs, a lower learning "
             f"rate or a larger training set usually help.")
+
+
+def unlabelled_loss_active(epoch: int, warmup_epochs: int, start: int | None,
+                           max_epochs: int | None) -> bool:
+    """Whether NCR/LNC's noisy-subset loss is used in (Lightning) epoch ``epoch``: from
+    co-training epoch ``start`` on (``0``: from the start, LNC Alg. 1), or with ``start=None``
+    from the official ``num_epochs // 2``, ``num_epochs = max_epochs - warmup_epochs``.
+
+    Raises:
+        ConfigError: ``start`` is ``None`` and ``max_epochs`` is unbounded (``None`` or < 0).
+    """
+    if start is None:
+        if max_epochs is None or max_epochs < 0:
+            raise ConfigError("model.unlabelled_start=null needs trainer.max_epochs "
+                              "(the official start is num_epochs // 2)")
+        start = (max_epochs - warmup_epochs) // 2
+    return epoch - warmup_epochs >= start
+
+
+def co_teaching_plan(num_pairs: int, batch_size: int, seed: int, epoch: int, *,
+                     keep: Tensor | None = None, clean: Tensor | None = None,
+                     with_unlabelled: bool = True, limit: int | float = 1.0, rank: int = 0,
+                     world: int = 1) -> list[Step]:
+    """One NCR/LNC epoch's steps from the method's state: a warm-up epoch when ``clean`` is
+    ``None`` (:func:`warmup_plan`, both networks over the same pool), else a co-training epoch
+    on the co-divide (:func:`cotrain_plan`); then :func:`limit_steps`.
+
+    Args:
+        num_pairs: N, the training pairs.
+        batch_size, seed, epoch, rank, world: as :func:`warmup_plan`.
+        keep: ``(N,)`` bool, the pairs Randomly Noise Abandon keeps (LNC Alg. 1 l. 6-9): the
+            warm-up pool; ``None``: every pair.
+        clean: ``(2, N)`` bool, the co-divide's clean masks (a co-training epoch), or ``None``.
+        with_unlabelled: as :func:`cotrain_plan`.
+        limit: ``trainer.limit_train_batches``.
+
+    Raises:
+        TrainingError: the co-divide left no network a batch (:func:`check_cotraining_possible`).
+    """
+    if clean is None:
+        pool = np.arange(num_pairs) if keep is None else np.flatnonzero(keep.numpy())
+        steps = warmup_plan([pool, pool], batch_size, seed, epoch, rank, world)
+    else:
+        check_cotraining_possible(clean, epoch)
+        steps = cotrain_plan([c.numpy() for c in clean], batch_size, seed, epoch, rank, world,
+                             with_unlabelled)
+    return limit_steps(steps, limit)
 
 
 class IndexBatches(Dataset):

@@ -10,6 +10,7 @@ captions.
   key-point supervision of the cost network (notes 4.1, 5).
 * :class:`ImageQueue`, :func:`own_image_mask` - the FIFO of noisy images and the mask that
   forbids each noisy caption's own image (notes 4.2, 4.5).
+* :func:`learned_cost_plan` - the rematching plan of the learned cost (the model step).
 """
 
 from ncl.transport.cost import (
@@ -18,6 +19,7 @@ from ncl.transport.cost import (
     draw_key_points,
     insert_key_points,
     key_point_cost_loss,
+    learned_cost_plan,
     max_key_points,
     own_image_mask,
 )
@@ -36,6 +38,7 @@ __all__ = [
     "draw_key_points",
     "insert_key_points",
     "key_point_cost_loss",
+    "learned_cost_plan",
     "max_key_points",
     "own_image_mask",
     "partial_ot",

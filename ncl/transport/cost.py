@@ -10,7 +10,8 @@ One training iteration of L2RM uses these pieces in this order (notes 10):
    ``CostNetwork(S_key)`` is minimised;
 2. queue step: :meth:`ImageQueue.push` of the noisy batch's raw image features;
 3. model step: ``CostNetwork(sim(queue, noisy captions))`` (no gradient) feeds the partial OT
-   of :mod:`ncl.transport.partial_ot`, with :func:`own_image_mask` when the data are noisy.
+   of :mod:`ncl.transport.partial_ot`, with :func:`own_image_mask` when the data are noisy
+   (:func:`learned_cost_plan`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedParameter, is_lazy
+
+from ncl.transport.partial_ot import PartialPlan, partial_ot
 
 
 class CostNetwork(LazyModuleMixin, nn.Module):
@@ -414,3 +417,24 @@ def own_image_mask(queue_length: int, batch_size: int, device: torch.device | st
     diag = torch.arange(batch_size, device=device)
     mask[diag, diag] = False
     return mask
+
+
+def learned_cost_plan(cost_net: CostNetwork, sims: Tensor, mask_own_image: bool, rho: float,
+                      reg: float, max_iter: int, threshold: float, dummy_scale: float) -> PartialPlan:
+    """The rematching plan of L2RM's model step: :func:`~ncl.transport.partial_ot.partial_ot` of
+    the learned cost ``max(f(S), 1e-10)`` (no gradient), each noisy caption's own image masked
+    (:func:`own_image_mask`) when ``mask_own_image``.
+
+    Args:
+        cost_net: the cost network ``f``.
+        sims: ``(Q, B)`` similarities of the queue's images to the noisy captions (detached).
+        mask_own_image: forbid the pairs ``(i, i)``, i < B (the official rule: noisy data).
+        rho, reg, max_iter, threshold, dummy_scale: as :func:`~ncl.transport.partial_ot.partial_ot`.
+
+    Returns:
+        The ``(Q, B)`` plan and its diagnostics.
+    """
+    with torch.no_grad():
+        cost = cost_net(sims).clamp_min(1e-10)
+    mask = own_image_mask(cost.shape[0], cost.shape[1], cost.device) if mask_own_image else None
+    return partial_ot(cost, rho, reg, mask, max_iter, threshold, dummy_scale)

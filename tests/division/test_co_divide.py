@@ -15,8 +15,8 @@ from ncl.callbacks.division import GMMDivision, divide_if_due
 from ncl.callbacks.protocols import GMMSpec, PassSpec
 from ncl.division import gmm_clean_probability, split_by_probability
 from ncl.errors import ConfigError
-from ncl.division.co_divide import (Division, abandon_mask, divide, gmm_probabilities, mean_hinge,
-                                   split_clean)
+from ncl.division.co_divide import (Division, abandon_mask, co_divide_record, divide,
+                                   division_made_for, gmm_probabilities, mean_hinge, split_clean)
 from ncl.training.passes import deal_batches, eval_mode, pass_order, run_pass
 
 
@@ -147,3 +147,22 @@ def test_division_state_round_trip() -> None:
     other = Division(**division.state())
     for key in ("losses", "prob", "clean", "keep"):
         assert torch.equal(getattr(other, key), getattr(division, key))
+
+
+def test_co_divide_record_and_which_epoch_it_serves() -> None:
+    values, prob = torch.rand(2, 20), torch.rand(2, 20)
+    record = co_divide_record(4, values, prob, 0.5, "greater_equal")
+    assert record.keep is None and torch.equal(record.clean, split_clean(prob, 0.5, "greater_equal"))
+    drawn = co_divide_record(1, values, prob, abandon=True, seed=7, fraction=0.5)
+    assert torch.equal(drawn.keep, abandon_mask(prob, 1, 7, 0.5))
+    assert division_made_for(record, 4) and not division_made_for(record, 3)
+    assert not division_made_for(None, 4) and not division_made_for(record, 4, needs_keep=True)
+    assert division_made_for(drawn, 1, needs_keep=True)
+
+
+def test_prob_on_copies_once_per_record_and_device() -> None:
+    division = Division(0, torch.rand(2, 5), torch.rand(2, 5), torch.ones(2, 5, dtype=torch.bool))
+    copy = division.prob_on(torch.device("cpu"))
+    assert torch.equal(copy, division.prob) and division.prob_on(torch.device("cpu")) is copy
+    assert set(division.state()) == {"epoch", "losses", "prob", "clean", "keep"}  # not state
+

@@ -9,16 +9,19 @@ from callbacks.ncr_fakes import FakePairs
 from torch.utils.data.distributed import DistributedSampler
 
 from ncl.training.passes import deal_batches
+from ncl.errors import ConfigError, TrainingError
 from ncl.training.plans import (
     PlanLoader,
     Step,
     StepDataset,
     chunk,
+    co_teaching_plan,
     cotrain_plan,
     cycled_batches,
     limit_steps,
     rematch_plan,
     shard,
+    unlabelled_loss_active,
     warmup_plan,
 )
 
@@ -155,3 +158,36 @@ def test_rematch_plan_pairs_full_clean_and_cycled_noisy_batches() -> None:
     assert rematch_plan(np.arange(50) < 7, 8, 0, 1) == []  # no full clean batch
     ranks = [rematch_plan(clean, 4, 0, 1, rank=r, world=2) for r in (0, 1)]
     assert len(ranks[0]) == len(ranks[1]) == 4
+
+
+def _same(a: list[Step], b: list[Step]) -> bool:
+    def key(step: Step) -> tuple:
+        extra = None if step.unlabelled is None else step.unlabelled.tolist()
+        return step.net, step.labelled.tolist(), extra
+    return [key(x) for x in a] == [key(x) for x in b]
+
+
+def test_co_teaching_plan_is_the_warmup_or_cotrain_plan_of_the_state() -> None:
+    """NCR/LNC's epoch: both networks warm up over every pair or over the abandon draw's kept
+    pairs; a co-training epoch is the co-divide's plan; an integer limit is shared."""
+    keep = torch.arange(40) % 3 != 0
+    assert _same(co_teaching_plan(40, 8, 0, 1), warmup_plan([np.arange(40)] * 2, 8, 0, 1))
+    assert _same(co_teaching_plan(40, 8, 0, 1, keep=keep, rank=1, world=2),
+                 warmup_plan([np.flatnonzero(keep.numpy())] * 2, 8, 0, 1, rank=1, world=2))
+    clean = torch.stack([torch.arange(40) < 30, torch.arange(40) >= 12])
+    planned = co_teaching_plan(40, 8, 0, 2, clean=clean, with_unlabelled=False, limit=3)
+    assert _same(planned, limit_steps(cotrain_plan([c.numpy() for c in clean], 8, 0, 2,
+                                                   with_unlabelled=False), 3))
+    collapsed = torch.zeros(2, 40, dtype=torch.bool)
+    collapsed[0, 0] = True  # no network has a batch of two
+    with pytest.raises(TrainingError, match="co-divide called 1, 0 of 40"):
+        co_teaching_plan(40, 8, 0, 2, clean=collapsed)
+
+
+def test_unlabelled_loss_starts_at_the_given_or_official_epoch() -> None:
+    assert [unlabelled_loss_active(e, 2, 1, None) for e in range(2, 5)] == [False, True, True]
+    # start=None: co-training epoch (max_epochs - warmup) // 2 = (12 - 2) // 2 = 5, epoch 7
+    assert [unlabelled_loss_active(e, 2, None, 12) for e in (6, 7)] == [False, True]
+    with pytest.raises(ConfigError, match="unlabelled_start=null"):
+        unlabelled_loss_active(3, 2, None, -1)
+

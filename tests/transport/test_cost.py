@@ -12,8 +12,10 @@ from ncl.transport import (
     draw_key_points,
     insert_key_points,
     key_point_cost_loss,
+    learned_cost_plan,
     max_key_points,
     own_image_mask,
+    partial_ot,
 )
 
 # ---------------------------------------------------------------- cost network
@@ -241,3 +243,14 @@ def test_a_lazy_cost_network_takes_its_width_from_materialize_or_a_checkpoint() 
     assert torch.equal(fresh(torch.full((2, 3), 0.25)), torch.full((2, 3), 0.75))
     with pytest.raises(ValueError, match="already has width 3"):
         fresh.materialize(4)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_learned_cost_plan_is_partial_ot_of_the_clamped_cost(masked: bool) -> None:
+    net, sims = CostNetwork(3), torch.rand(5, 3) * 2  # relu(1 - S): some costs clamp to 1e-10
+    plan = learned_cost_plan(net, sims, masked, 0.1, 0.07, 1000, 1e-3, 100.0)
+    mask = own_image_mask(5, 3) if masked else None
+    expected = partial_ot(net(sims).detach().clamp_min(1e-10), 0.1, 0.07, mask, 1000, 1e-3, 100.0)
+    assert torch.equal(plan.plan, expected.plan) and not plan.plan.requires_grad
+    assert not masked or bool((plan.plan.diagonal() == 0).all())
+
