@@ -2,8 +2,11 @@
 
 Runs record the SHA-256 of their noise *file*, but the same pairing is published in two file
 formats (spec 2): L2RM's caption-level ``f30k_precomp_{r}.npy`` is RCL's image-level
-``noise_inx_{r}.npy`` repeated for the five captions of every image. Two runs on "the same
-noise" are recognised by the *pairing digest* instead, which does not depend on the format:
+``noise_inx_{r}.npy`` repeated for the five captions of every image (checked on the files).
+L2RM's COCO ``coco_precomp_{r}.npy`` are *presumed* to be the same for COCO: their contents were
+not available, so their entries copy RCL's digests and say so (``RegistryEntry.presumed_from``).
+Two runs on "the same noise" are recognised by the *pairing digest* instead, which does not
+depend on the format:
 
     pairing digest = hex SHA-256 of the bytes of ``cap2img``, where ``cap2img`` is the
     caption-level pairing (one image index per training caption, ``cap2img[c]`` = the image
