@@ -11,6 +11,10 @@ and the digest of the pairing it gives. Those are data, computed here from the r
 
 Every file is checked against its expected length, and files of one dataset and ratio from
 different origins are reported when their pairings differ (they should not for RCL/L2RM).
+
+Files whose contents are not available (L2RM's COCO ``coco_precomp_<r>.npy``) are *presumed*
+entries: their rows are computed from the file they are presumed to equal, converted to their
+format (:data:`PRESUMED`), and carry that file's registry name in their last column.
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing it
 
-from ncl.data.noise_registry import TRAIN_COUNTS, identify
+from ncl.data.noise_registry import TRAIN_COUNTS, convert, identify
 
 MODULE = REPO / "ncl" / "data" / "noise_registry.py"
 DEFAULT_INDEX = REPO.parent / "shared" / "data" / "noise_index"
@@ -36,13 +41,29 @@ PUBLISHED: tuple[tuple[str, str, str, tuple[float, ...]], ...] = (
     ("l2rm", "f30k_precomp", "f30k_precomp_{r}.npy", (0.2, 0.4, 0.6, 0.8)),
 )
 
+#: ``(origin, dataset, file-name pattern, ratios, format, presumed origin)``: published files
+#: whose contents were not available, presumed to be the presumed origin's file of the same
+#: dataset and ratio in ``format``. L2RM's tarin_coco.sh reads noise_index/coco_precomp_<r>.npy;
+#: its README says it uses RCL's (and DECL's) noise settings at 0.2-0.8, and its F30K files are
+#: RCL's repeated per caption (ncl.data.noise_registry.L2RM_COCO_SOURCE).
+PRESUMED: tuple[tuple[str, str, str, tuple[float, ...], str, str], ...] = (
+    ("l2rm", "coco_precomp", "coco_precomp_{r}.npy", (0.2, 0.4, 0.6, 0.8), "caption", "rcl"),
+)
 
-Row = tuple[str, str, float, str, int, str, str, str]
+
+Row = tuple[str, str, float, str, int, str, str, str, "str | None"]
+
+
+def _name(origin: str, dataset: str, ratio: float) -> str:
+    """The registry name ``<origin>/<dataset short name>/<ratio>``."""
+    return f"{origin}/{dataset.removesuffix('_precomp')}/{ratio:g}"
 
 
 def collect(noise_index: Path) -> list[Row]:
-    """The registry row of every published file, in :data:`PUBLISHED` order: name, dataset,
-    ratio, format, entries, file name, file SHA-256, pairing digest.
+    """The registry row of every published file, in :data:`PUBLISHED` order, then the
+    presumed ones (:data:`PRESUMED`): name, dataset, ratio, format, entries, file name, file
+    SHA-256, pairing digest, and the name of the entry a presumed row is computed from
+    (``None`` for a file read itself).
 
     Raises:
         FileNotFoundError: a published file is missing under ``noise_index``.
@@ -56,18 +77,41 @@ def collect(noise_index: Path) -> list[Row]:
             if not path.is_file():
                 raise FileNotFoundError(f"published noise file missing: {path}")
             found = identify(path, n_images, n_captions)
-            name = f"{origin}/{dataset.removesuffix('_precomp')}/{ratio:g}"
-            rows.append((name, dataset, ratio, found.format, found.length, file_name,
-                         found.file_sha256, found.pairing_sha256))
+            rows.append((_name(origin, dataset, ratio), dataset, ratio, found.format,
+                         found.length, file_name, found.file_sha256, found.pairing_sha256, None))
+    rows.extend(_presumed_rows(noise_index))
+    return rows
+
+
+def _presumed_rows(noise_index: Path) -> list[Row]:
+    """The rows of :data:`PRESUMED`: each presumed file written by ``convert`` from the file it
+    is presumed to be (in a temporary folder) and identified there."""
+    published = {(origin, dataset): pattern for origin, dataset, pattern, _ in PUBLISHED}
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for origin, dataset, pattern, ratios, fmt, source_origin in PRESUMED:
+            n_images, n_captions = TRAIN_COUNTS[dataset]
+            for ratio in ratios:
+                source = (noise_index / source_origin / dataset
+                          / published[(source_origin, dataset)].format(r=f"{ratio:g}"))
+                if not source.is_file():
+                    raise FileNotFoundError(f"published noise file missing: {source}")
+                file_name = pattern.format(r=f"{ratio:g}")
+                out = convert(source, Path(folder) / file_name, fmt, n_images, n_captions)
+                found = identify(out, n_images, n_captions)
+                rows.append((_name(origin, dataset, ratio), dataset, ratio, found.format,
+                             found.length, file_name, found.file_sha256, found.pairing_sha256,
+                             _name(source_origin, dataset, ratio)))
     return rows
 
 
 def format_row(row: Row) -> str:
     """One row as the Python tuple literal the module's table holds."""
-    name, dataset, ratio, fmt, length, file_name, file_sha, pair_sha = row
+    name, dataset, ratio, fmt, length, file_name, file_sha, pair_sha, presumed_from = row
+    source = "None" if presumed_from is None else f'"{presumed_from}"'
     return (f'    ("{name}", "{dataset}", {ratio!r}, "{fmt}", {length}, "{file_name}",\n'
             f'     "{file_sha}",\n'
-            f'     "{pair_sha}"),\n')
+            f'     "{pair_sha}", {source}),\n')
 
 
 def pairing_conflicts(rows: list[Row]) -> list[str]:

@@ -223,10 +223,12 @@ def _paper_short_names(papers: Sequence[str]) -> str:
 
 
 def registry_table() -> str:
-    """The registry as an aligned text table, one row per published file."""
-    header = ("name", "dataset", "format", "entries", "ratio", "pairing", "papers")
+    """The registry as an aligned text table, one row per published file; the last column says
+    whether the digests were computed from the file (``file``) or are presumed (``presumed``)."""
+    header = ("name", "dataset", "format", "entries", "ratio", "pairing", "papers", "digests")
     rows = [(e.name, e.dataset, e.format, str(e.entries), f"{e.ratio:g}", e.pairing_sha256[:12],
-             _paper_short_names(e.papers)) for e in registry.REGISTRY]
+             _paper_short_names(e.papers), "presumed" if e.presumed else "file")
+            for e in registry.REGISTRY]
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
              for row in (header, *rows)]
@@ -242,6 +244,8 @@ def _run_list(args: argparse.Namespace) -> int:
     print(textwrap.fill("Rows with the same pairing digest (the first 12 hex shown) give the "
                         "same caption-image pairs in different file formats; runs record it "
                         "as noise_pairing_digest and noise_pairing.", width=100))
+    if any(e.presumed for e in registry.REGISTRY):
+        print(textwrap.fill(registry.PRESUMED_NOTE, width=100))
     print(textwrap.fill(registry.SEEDED_NOTE, width=100))
     return 0
 

@@ -131,7 +131,9 @@ NOISE_FILE_HINT = (
     "(github.com/penghu-cs/RCL, data/f30k_precomp/ and data/coco_precomp/): copy them into "
     "<data_root>/<data_name>/ (docs/data.md), point data.noise_file at the file, or set "
     "data.noise_file to null to generate the noise from data.noise_type, noise_ratio and "
-    "noise_seed")
+    "noise_seed; L2RM's caption-level {f30k,coco}_precomp_{r}.npy are written from RCL's file "
+    "by 'ncl data noise convert noise_inx_{r}.npy <data_name>_{r}.npy --to caption' (the COCO "
+    "ones presumed, docs/data.md)")
 
 
 def resolve_noise_file(noise_file: str | Path | None, data_dir: Path, ratio: float) -> Path | None:

@@ -75,6 +75,13 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
         "methods that report nothing per epoch (RCL, the baselines) list it with its default, "
         "and their Diagnostics logs nothing",
 
+    # issue 40 (fidelity pass): entries below this line
+    ("data.init_args.noise_file", None, "coco_precomp_{noise_ratio}.npy"):
+        "l2rm_{sgr,saf}_coco read L2RM's own COCO noise file, as its tarin_coco.sh does "
+        "(noise_index/coco_precomp_0.2.npy, caption level; presumed RCL's COCO pairing, "
+        "ncl.data.noise_registry) instead of NCR's caption shuffle from noise_seed 0, which "
+        "L2RM's loader only draws when that file is missing; noise_type (caption), noise_ratio "
+        "and noise_seed are unchanged, and the seed is unused when a file is read",
 }
 
 

@@ -68,6 +68,10 @@ def test_noise_list_shows_the_registry(capsys) -> None:
     assert l2rm[1:5] == ["f30k_precomp", "caption", "145000", "0.2"]
     assert rcl[5] == l2rm[5] and len(rcl[5]) == 12  # one pairing, two formats
     assert rcl[6] == "RCL" and l2rm[6] == "L2RM"
+    # L2RM's COCO files are listed with RCL's COCO pairing, marked as presumed (not checked)
+    assert rows["name"][7] == "digests" and rcl[7] == l2rm[7] == "file"
+    assert rows["l2rm/coco/0.2"][5] == rows["rcl/coco/0.2"][5]
+    assert rows["l2rm/coco/0.2"][7] == "presumed" and "'presumed' rows" in out
 
 
 # -------------------------------------------------------------------------- noise identify

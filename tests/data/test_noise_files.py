@@ -67,6 +67,7 @@ def test_missing_file_names_the_path_and_where_to_get_it(tmp_path: Path) -> None
     message = str(err.value)
     assert str(tmp_path / "f30k_precomp" / "noise_inx_0.6.npy") in message
     assert "RCL's repository" in message and "noise_file to null" in message
+    assert "ncl data noise convert" in message  # how to write L2RM's caption-level files
     assert "\n" not in message
 
 

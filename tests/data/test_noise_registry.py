@@ -1,6 +1,7 @@
 """The noise registry (issue 27, ``ncl data noise``): the format-independent pairing digest,
 identifying published files (RCL's image-level and L2RM's caption-level F30K files are one
-pairing), and converting between the two formats."""
+pairing; L2RM's COCO files are presumed to be RCL's COCO pairing, issue 40), and converting
+between the two formats."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ncl.data.noise import make_noise
+from ncl.compose import merged
+from ncl.data.noise import make_noise, resolve_noise_file
 from ncl.data.noise_registry import (
     REGISTRY,
     TRAIN_COUNTS,
@@ -29,6 +31,8 @@ from ncl.errors import DataError
 from ncl.io import sha256_file
 
 F30K_SHARED_RATIOS = (0.2, 0.4, 0.6, 0.8)  # the ratios both RCL and L2RM published
+L2RM_RATIOS = (0.2, 0.4, 0.6, 0.8)  # L2RM's README: 0.2, 0.4, 0.6 and 0.8 (F30K and COCO)
+REPO = Path(__file__).resolve().parents[2]
 RCL_RATIOS = (0.2, 0.4, 0.5, 0.6, 0.8)
 # A tiny training split: 6 images with 5 captions each.
 N_IMG, N_CAP = 6, 30
@@ -160,7 +164,7 @@ def test_convert_rejects_an_unknown_format(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- the registry data
 def test_registry_entries_are_consistent() -> None:
     names = [e.name for e in REGISTRY]
-    assert len(names) == len(set(names)) == 14
+    assert len(names) == len(set(names)) == 18  # 5 + 5 RCL, 4 + 4 L2RM
     for item in REGISTRY:
         n_images, n_captions = TRAIN_COUNTS[item.dataset]
         assert item.entries == (n_images if item.format == "image" else n_captions)
@@ -233,5 +237,72 @@ def test_the_digest_script_reproduces_the_registry(shared_data: Path) -> None:
     spec.loader.exec_module(module)
     rows = module.collect(shared_data / "noise_index")
     assert rows == [(e.name, e.dataset, e.ratio, e.format, e.entries, e.file_name,
-                     e.file_sha256, e.pairing_sha256) for e in REGISTRY]
+                     e.file_sha256, e.pairing_sha256, e.presumed_from) for e in REGISTRY]
     assert module.pairing_conflicts(rows) == []
+
+
+# ------------------------------------------------- L2RM's COCO files: presumed, not checked
+@pytest.mark.parametrize("ratio", L2RM_RATIOS)
+def test_l2rm_coco_entries_are_presumed_to_be_rcls_pairing(ratio: float) -> None:
+    rcl, l2rm = entry(f"rcl/coco/{ratio:g}"), entry(f"l2rm/coco/{ratio:g}")
+    assert (l2rm.dataset, l2rm.format, l2rm.entries) == ("coco_precomp", "caption", 566_435)
+    assert l2rm.file_name == f"coco_precomp_{ratio:g}.npy"  # tarin_coco.sh's name
+    assert l2rm.presumed and l2rm.presumed_from == rcl.name and not rcl.presumed
+    assert l2rm.pairing_sha256 == rcl.pairing_sha256 and l2rm.file_sha256 != rcl.file_sha256
+    # the reason is stated, and it says the equality is not checked
+    assert "PRESUMED, not checked" in l2rm.source and "tarin_coco.sh" in l2rm.source
+    assert f"coco_precomp_{ratio:g}.npy" in l2rm.source and "README" in l2rm.source
+    # a pairing name never passes the presumption off as a checked equality
+    label = f"rcl/coco/{ratio:g} = l2rm/coco/{ratio:g} (presumed)"
+    assert pairing_name(rcl.pairing_sha256) == label
+
+
+@pytest.mark.parametrize("ratio", F30K_SHARED_RATIOS)
+def test_l2rm_f30k_entries_are_checked_not_presumed(ratio: float) -> None:
+    l2rm = entry(f"l2rm/f30k/{ratio:g}")
+    assert not l2rm.presumed and l2rm.presumed_from is None and l2rm.label == l2rm.name
+    assert "PRESUMED" not in l2rm.source
+
+
+def test_only_the_l2rm_coco_entries_are_presumed() -> None:
+    assert sorted(e.name for e in REGISTRY if e.presumed) == \
+        [f"l2rm/coco/{r:g}" for r in L2RM_RATIOS]
+
+
+@pytest.mark.parametrize("config", ["l2rm_sgr_coco", "l2rm_saf_coco"])
+def test_l2rm_coco_configs_name_l2rms_caption_level_file(config: str, tmp_path: Path) -> None:
+    """The config reads L2RM's own file (tarin_coco.sh's name), caption level, at its ratio."""
+    data = merged(REPO / "configs" / f"{config}.yaml")["data"]["init_args"]
+    assert data["data_name"] == "coco_precomp" and data["noise_type"] == "caption"
+    folder = tmp_path / "coco_precomp"
+    folder.mkdir()
+    target = entry(f"l2rm/coco/{data['noise_ratio']:g}")
+    (folder / target.file_name).touch()
+    assert resolve_noise_file(data["noise_file"], folder, data["noise_ratio"]) == \
+        folder / target.file_name
+    assert target.format == "caption"
+
+
+@pytest.mark.parametrize("ratio", L2RM_RATIOS)
+def test_converting_rcls_coco_file_gives_the_presumed_l2rm_file(shared_data: Path, tmp_path: Path,
+                                                               ratio: float) -> None:
+    """RCL's COCO file in L2RM's per-caption format is ``np.repeat(rcl, 5)``; ncl reads it under
+    the configs' name as caption level, with RCL's pairing, and names it as presumed."""
+    n_images, n_captions = TRAIN_COUNTS["coco_precomp"]
+    rcl_file = _rcl_path(shared_data, "coco_precomp", ratio)
+    rcl = np.load(rcl_file)
+    folder = tmp_path / "coco_precomp"
+    folder.mkdir()
+    config = merged(REPO / "configs" / "l2rm_sgr_coco.yaml")["data"]["init_args"]
+    out = convert(rcl_file, folder / f"coco_precomp_{ratio:g}.npy", "caption", n_images, n_captions)
+    written = np.load(out)
+    assert written.dtype == np.int64 and np.array_equal(written, np.repeat(rcl, 5))
+    assert resolve_noise_file(config["noise_file"], folder, ratio) == out  # the configs' name
+    noise = make_noise(n_images, n_captions, config["noise_type"], ratio, 0, out)
+    assert noise.format == "caption" and noise.noise_rate == pytest.approx(ratio, abs=1e-3)
+    assert pairing_digest(noise.cap2img) == entry(f"rcl/coco/{ratio:g}").pairing_sha256
+    found = identify(out, n_images, n_captions)
+    assert found.file_sha256 == entry(f"l2rm/coco/{ratio:g}").file_sha256
+    assert found.pairing_name == f"rcl/coco/{ratio:g} = l2rm/coco/{ratio:g} (presumed)"
+    assert found.summary()["same_file"] == [f"l2rm/coco/{ratio:g} (presumed)"]
+    assert [p.split(":")[0] for p in found.papers] == ["RCL"]  # L2RM's use is not known
