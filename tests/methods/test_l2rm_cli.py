@@ -31,6 +31,8 @@ from tiny_runs import (
 )
 
 from ncl.cli import main
+from ncl.data.datamodule import SyntheticDataModule
+from ncl.data.datasets import collate
 from ncl.methods.pretrained import Pretrained
 from ncl.models.sgraf import SGRAF
 
@@ -41,6 +43,35 @@ def l2rm_config(root: Path, cache: Path, epochs: int = 3, steps: int = STEPS, in
                 **kwargs) -> Path:
     method = {**METHODS["l2rm"], "init_args": {**METHODS["l2rm"]["init_args"], **(init_args or {})}}
     return method_config(root, cache, method, max_epochs=epochs, steps=steps, **kwargs)
+
+
+def hand_recalls(ckpt: dict, cache: Path) -> dict[str, float]:
+    """R@1, 5, 10 both ways on the tiny preset's test split (30 images, 5 captions each, the
+    captions of image i at 5i..5i+4) from the retrieval network's weights in ``ckpt``: every
+    score in one eval-mode forward, every rank counted here."""
+    data = SyntheticDataModule(preset="tiny", cache_dir=str(cache), batch_size=16)
+    data.setup("test")
+    split = data.test_data
+    net = SGRAF(ckpt["hyper_parameters"]["vocab_size"], **TINY_SGRAF)
+    net.load_state_dict({k.removeprefix("nets.0."): v for k, v in ckpt["state_dict"].items()
+                         if k.startswith("nets.0.")})
+    net.eval()
+    n_img, n_cap = split.n_images, split.n_captions
+    per = n_cap // n_img
+    captions = collate([{"tokens": torch.from_numpy(split.tokens(c).astype("int64")), "index": c}
+                        for c in range(n_cap)])
+    with torch.no_grad():
+        scores = net(torch.tensor(split.features[:n_img]), captions["tokens"], captions["lengths"]).tolist()
+    i2t = []  # per image: the best rank of its own captions among all captions
+    for i in range(n_img):
+        order = sorted(range(n_cap), key=lambda c: -scores[i][c])
+        i2t.append(min(order.index(c) for c in range(per * i, per * (i + 1))))
+    t2i = []  # per caption: the rank of its image among all images
+    for c in range(n_cap):
+        order = sorted(range(n_img), key=lambda i: -scores[i][c])
+        t2i.append(order.index(c // per))
+    return {f"{name}_r{k}": 100.0 * sum(r < k for r in ranks) / len(ranks)
+            for name, ranks in (("i2t", i2t), ("t2i", t2i)) for k in (1, 5, 10)}
 
 
 def test_fit_warms_up_divides_rematches_and_tests(tmp_path: Path, synthetic_cache: Path) -> None:
@@ -75,7 +106,17 @@ def test_fit_warms_up_divides_rematches_and_tests(tmp_path: Path, synthetic_cach
           f"--trainer.default_root_dir={tmp_path / 'test'}"])
     results = json.loads(next((tmp_path / "test").rglob("test_results.json")).read_text())
     assert set(results) == {"net", "training_noise"}
-    assert 0 <= results["net"]["1k"]["rsum"] <= 600
+    # the tested checkpoint is the best epoch's (the first maximum of val/rsum, the warm-up
+    # included: select_warmup), and its test rSum is the one its weights give on the test split
+    rsum = per_epoch(folder, "val/rsum")
+    tested = torch.load(best, weights_only=False)
+    assert best.name == f"best-epoch={tested['epoch']}.ckpt"
+    assert tested["epoch"] == min(e for e, v in rsum.items() if v == max(rsum.values()))
+    recalls = hand_recalls(tested, synthetic_cache)
+    got = results["net"]["1k"]
+    for key, value in recalls.items():
+        assert got[key] == pytest.approx(value, abs=1e-4), key  # the file keeps 4 decimals
+    assert got["rsum"] == pytest.approx(sum(recalls.values()), abs=1e-4)
     # "L2RM-SGRAF": two L2RM checkpoints ensemble by their scores (the cost network is not
     # part of a retrieval network and is left out)
     vocab = ckpt["hyper_parameters"]["vocab_size"]
