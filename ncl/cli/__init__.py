@@ -2,6 +2,7 @@
 runs the application of :mod:`ncl.cli.app`.
 
 ``ncl fit | validate | test | predict --config FILE [--config FILE ...] [--key value ...]``;
+``ncl`` and ``ncl --help`` say what ncl is and list every subcommand (:mod:`ncl.cli.overview`);
 ``ncl predict ... --out FILE`` ranks a split's pairs by how likely they are mismatched
 (:mod:`ncl.evaluation.ranking`).
 ``ncl data noise list|identify|convert``, ``ncl data check`` and ``ncl data get`` inspect
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 import lightning as L
 
 from ncl.cli.app import NclCLI, added_callbacks  # noqa: F401 - re-exported: names users and tests import
+from ncl.cli.overview import top_level
 from ncl.cli.parser import (  # noqa: F401 - re-exported as well
     _OUTPUT_ROOTS,
     UNAVAILABLE,
@@ -62,6 +64,11 @@ def main(args: Sequence[str] | None = None) -> None:
         _run_data(argv[1:])
         return
     subcommand = _subcommand_of(argv)
+    status = top_level(argv, subcommand)  # ncl, ncl --help, ncl fitt: before LightningCLI
+    if status is not None:
+        if status:
+            raise SystemExit(status)
+        return
     if subcommand in UNAVAILABLE:  # before any parsing, trainer or run folder
         print(f"ncl: error: {UNAVAILABLE[subcommand]}", file=sys.stderr)
         raise SystemExit(2)
