@@ -35,3 +35,14 @@ def fit_killed_at(config: Path, cwd: Path, step: int) -> subprocess.CompletedPro
     cmd = [sys.executable, "-m", "ncl.cli", "fit", "--config", str(config),
            "--trainer.callbacks+=resume_helpers.KillAtStep", f"--trainer.callbacks.step={step}"]
     return launch(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+class InterruptAtStep(L.Callback):
+    """Ctrl-C (SIGINT to this process) after optimiser step ``step``, as a user at the terminal."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGINT)

@@ -16,8 +16,11 @@ resolved config is saved as ``config.yaml`` in every run directory. User errors 
 from __future__ import annotations
 
 import os
+import shlex
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import lightning as L
 
@@ -56,6 +59,48 @@ def _run_data(argv: list[str]) -> None:
         raise SystemExit(status)
 
 
+@contextmanager
+def _interrupts_noted() -> Iterator[list[bool]]:
+    """Note a Ctrl-C (SIGINT) while the block runs; it still raises KeyboardInterrupt as
+    Python's own handler does. Lightning turns that into its graceful shutdown and ``exit(1)``,
+    so only the note tells :func:`main` that the user stopped the run. Outside the main thread
+    (no signal handlers there) nothing is noted."""
+    noted: list[bool] = []
+
+    def note(signum: int, frame: object) -> None:
+        noted.append(True)
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, note)
+    except ValueError:  # not the main thread
+        yield noted
+        return
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted(argv: list[str], subcommand: str | None) -> SystemExit:
+    """One line on how to go on after Ctrl-C, and exit status 130 (128 + SIGINT), as shells
+    report an interrupted command."""
+    line = "ncl: interrupted"
+    if subcommand == "fit":
+        rest, skip = [], False
+        for arg in argv:  # drop a --ckpt_path given before: last is the one to resume from
+            if skip or arg.startswith("--ckpt_path="):
+                skip = False
+                continue
+            skip = arg == "--ckpt_path"
+            if not skip:
+                rest.append(arg)
+        line += (": checkpoints of finished epochs are kept; resume with: ncl "
+                 + shlex.join([*rest, "--ckpt_path", "last"]))
+    print(line, file=sys.stderr)
+    return SystemExit(130)
+
+
 def main(args: Sequence[str] | None = None) -> None:
     """Console entry point. User errors end with one message and exit status 2."""
     configure_console()
@@ -74,6 +119,18 @@ def main(args: Sequence[str] | None = None) -> None:
         raise SystemExit(2)
     _OUTPUT_ROOTS.clear()
     epilog = catalogue()
+    noted: list[bool] = []
+    try:
+        with _interrupts_noted() as noted:
+            _run_application(args, epilog)
+    except (KeyboardInterrupt, SystemExit) as stop:
+        if noted or isinstance(stop, KeyboardInterrupt):
+            raise _interrupted(argv, subcommand) from None
+        raise
+
+
+def _run_application(args: Sequence[str] | None, epilog: str) -> None:
+    """The LightningCLI application; a user error is one ``ncl: error:`` line, exit status 2."""
     try:
         NclCLI(RetrievalMethod, L.LightningDataModule, subclass_mode_model=True,
                subclass_mode_data=True, args=list(args) if args is not None else None,
