@@ -109,7 +109,8 @@ def dirichlet_uncertainty(evidence: Tensor) -> Tensor:
         ``(B,)`` float64 in ``(0, 2]``; 2 when the batch holds no evidence at all.
     """
     _check_square(evidence)
-    stats = correspondence_statistics(evidence)
+    # float64 as ever: the ensemble's evidence is float64 (docs/switches.md, "Ensemble precision")
+    stats = correspondence_statistics(evidence.double())
     return stats[:, 1] + stats[:, 2]
 
 
@@ -126,7 +127,7 @@ def decl_predicted_clean(evidence: Tensor) -> Tensor:
         ``(B,)`` bool, True = predicted clean.
     """
     _check_square(evidence)
-    return correspondence_statistics(evidence)[:, 0] > 0.5
+    return correspondence_statistics(evidence.double())[:, 0] > 0.5
 
 
 def uncertainty_values(evidence: Tensor) -> tuple[Tensor, Tensor]:

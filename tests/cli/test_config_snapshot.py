@@ -75,6 +75,12 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
         "methods that report nothing per epoch (RCL, the baselines) list it with its default, "
         "and their Diagnostics logs nothing",
 
+    # issue 40 (fidelity pass): entries below this line
+    ("model.init_args.prediction_precision", ABSENT, "float32"):
+        "DECL's correspondence prediction computes its evidence in float32, as the official code "
+        "(saturated scores tie and the first column wins); float64, the precision before, is "
+        "the switch's other value (docs/methods/decl.md)",
+
 }
 
 
