@@ -75,7 +75,8 @@ def prediction_values(tau: float, precision: PredictionPrecision = "float32"
     official code (saturated scores, ``Z`` above about 9.02, tie and go to the first column), or
     float64 (ties only from about 19)."""
     if precision not in _DTYPES:
-        raise ConfigError(f"model.prediction_precision must be 'float32' or 'float64', got {precision!r}")
+        raise ConfigError("model.prediction_precision must be 'float32' or 'float64', "
+                          f"got {precision!r}")
     dtype = _DTYPES[precision]
 
     def fn(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:

@@ -80,6 +80,9 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
         "DECL's correspondence prediction computes its evidence in float32, as the official code "
         "(saturated scores tie and the first column wins); float64, the precision before, is "
         "the switch's other value (docs/methods/decl.md)",
+    ("model.init_args.bmm_density_clamp", ABSENT, 1e-06):
+        "L2RM's clamp of x in the Beta density, now an option; its default is the clamp the "
+        "mixture always had (the pomegranate fork's x_eps), so the run is the same",
 
 }
 

@@ -99,7 +99,8 @@ class FixedScores(nn.Module):
     def encode_captions(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         return tokens
 
-    def similarity_logits(self, img: torch.Tensor, cap: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    def similarity_logits(self, img: torch.Tensor, cap: torch.Tensor,
+                          lengths: torch.Tensor) -> torch.Tensor:
         return self.scores
 
 
@@ -109,7 +110,8 @@ def test_prediction_pass_precision_switch() -> None:
     float64 tells them apart (by hand: tests/losses/test_losses_decl.py, SATURATED)."""
     scores = torch.tensor([[10.0, 12.0, -20.0], [12.0, 15.0, -20.0], [-20.0, -20.0, 5.0]])
     net = FixedScores(scores)
-    batch = {"images": torch.zeros(3, 2, 4), "tokens": torch.zeros(3, 2), "lengths": torch.tensor([2, 2, 2])}
+    batch = {"images": torch.zeros(3, 2, 4), "tokens": torch.zeros(3, 2),
+             "lengths": torch.tensor([2, 2, 2])}
     assert decl().hparams.prediction_precision == "float32"
     assert prediction_values(0.1)(net, batch)[:, PRED_CLEAN].tolist() == [1.0, 0.0, 1.0]
     assert prediction_values(0.1, "float64")(net, batch)[:, PRED_CLEAN].tolist() == [0.0, 1.0, 1.0]
