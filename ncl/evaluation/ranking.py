@@ -100,7 +100,8 @@ def dirichlet_uncertainty(evidence: Tensor) -> Tensor:
     """DECL's uncertainty of each pair of a batch (spec 4.6.1, both directions summed):
     ``u_i = K / sum_j alpha_i2t[i, j] + K / sum_j alpha_t2i[i, j]`` with ``alpha_i2t = e + 1``,
     ``alpha_t2i = e^T + 1`` and ``K = B``, from
-    :func:`ncl.losses.decl.correspondence_statistics` (the values DECL trains with).
+    :func:`ncl.losses.decl.correspondence_statistics` (the values DECL trains with, here in
+    float64; DECL's own pass computes in ``model.prediction_precision``, float32 by default).
 
     Args:
         evidence: ``(B, B)`` evidence ``e`` (images x captions, pair ``i`` on the diagonal).
