@@ -73,7 +73,8 @@ def fit_mixtures(values: Tensor, gmm: GMMSpec) -> Tensor:
     ``seed=None`` or another BLAS)."""
     if gmm.mixture == "beta":
         prob = torch.stack([beta_clean_probability(row, gmm.max_iter, gmm.tol, gmm.refine_tol,
-                                                   gmm.refine_max_iter, gmm.seed).float()
+                                                   gmm.refine_max_iter, gmm.seed,
+                                                   clamp=gmm.density_clamp).float()
                             for row in values])
     elif gmm.mixture == "gaussian":
         prob = gmm_probabilities(values, gmm.seed, gmm.max_iter, gmm.tol, gmm.reg_covar)

@@ -54,6 +54,8 @@ class GMMSpec:
         refine_tol, refine_max_iter: Beta only: the EM continued after the first
             ``max_iter``/``tol`` fit until the log-likelihood gains at most ``refine_tol``
             (L2RM's second ``fit`` call; ``None``: no second phase), capped.
+        density_clamp: Beta only: ``x`` clamped to ``[c, 1 - c]`` in the density (1e-6, the
+            fork's ``x_eps``; 0: none; :func:`ncl.division.beta_mixture.beta_log_density`).
     """
 
     column: int = 0
@@ -64,6 +66,7 @@ class GMMSpec:
     mixture: Mixture = "gaussian"
     refine_tol: float | None = 0.1
     refine_max_iter: int = 1000
+    density_clamp: float = 1e-6
 
 
 class PerSampleSource(Protocol):

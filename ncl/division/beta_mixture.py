@@ -17,6 +17,21 @@ Choices the notes leave open (documented where they apply): the shape floor ``MI
 instead of the fork's clamp at 0, a numpy ``Generator`` instead of numpy's global RNG for the
 k-means++ seeding, the cap ``refine_max_iter`` on the second EM phase, and ones (with a
 ``RuntimeWarning``) for constant losses.
+
+The density's clamp of ``x`` (``clamp``, :data:`DENSITY_CLAMP`). The fork L2RM's README installs
+(pomegranate pull request 901; its ``TrueBetaDistribution`` as stored at jmschrei/pomegranate
+7f8ae86) has ``__init__(alpha, beta, frozen=False, min_alpha_beta=0.0, x_eps=1e-6)`` and
+clamps ``x`` to ``[x_eps, 1 - x_eps]`` in the density only (the M-step's moments use ``x``
+itself). L2RM builds its components through ``GeneralMixtureModel.from_samples``, whose
+``blank()`` is ``TrueBetaDistribution(2, 2)``, so it runs with ``x_eps = 1e-6``: the default
+here. (Other copies of a ``TrueBetaDistribution``, e.g. fcoulibaly/pomegranate, have no clamp
+and return log-density 0 for ``x <= 0`` or ``x >= 1``.) ``clamp=0`` is the density with
+no clamp: at ``x = 0`` the term ``(a - 1) log x`` is ``-inf`` for ``a > 1``, ``+inf`` for
+``a < 1`` and NaN for ``a = 1`` (pomegranate's ``_log(0)`` is ``-inf``, as numpy's), and the
+E-step's normalisation turns a row of infinities into NaN responsibilities, which the M-step's
+sums spread to every parameter. L2RM never feeds exact 0 or 1 (:func:`normalise_for_beta`
+replaces them by 1e-3 and 1 - 1e-3, as the official code does), so a run is safe either way;
+:func:`fit_beta_mixture` refuses an exact 0 or 1 when ``clamp`` is 0.
 """
 
 from __future__ import annotations
@@ -32,7 +47,8 @@ from torch import Tensor
 from ncl.division._checks import check_finite, check_vector
 from ncl.division.gmm import minmax_normalize
 
-#: ``x`` is clamped to ``[DENSITY_CLAMP, 1 - DENSITY_CLAMP]`` inside the density (the fork's).
+#: ``x`` is clamped to ``[DENSITY_CLAMP, 1 - DENSITY_CLAMP]`` inside the density: the fork's
+#: ``x_eps`` default in its later version, which L2RM's ``from_samples`` uses (module docstring).
 DENSITY_CLAMP = 1e-6
 #: A component whose summed responsibility is below this keeps its parameters (pomegranate).
 MIN_COMPONENT_MASS = 1e-8
@@ -68,6 +84,7 @@ class BetaMixture:
     n_iter_refine: int
     log_likelihood: float
     history: tuple[float, ...]
+    clamp: float = DENSITY_CLAMP
 
     @property
     def means(self) -> np.ndarray:
@@ -75,9 +92,10 @@ class BetaMixture:
         return self.alphas / (self.alphas + self.betas)
 
     def posterior(self, x: np.ndarray | Tensor) -> np.ndarray:
-        """(N, K) responsibilities of the components for the values ``x`` (:func:`beta_e_step`)."""
+        """(N, K) responsibilities of the components for the values ``x`` (:func:`beta_e_step`,
+        with the clamp the mixture was fitted with)."""
         values = _as_float64_vector(x, "x", min_len=1)
-        return beta_e_step(values, self.alphas, self.betas, self.weights)[0]
+        return beta_e_step(values, self.alphas, self.betas, self.weights, self.clamp)[0]
 
 
 def normalise_for_beta(losses: Tensor, low: float = BETA_LOW, high: float = BETA_HIGH) -> Tensor:
@@ -108,49 +126,67 @@ def normalise_for_beta(losses: Tensor, low: float = BETA_LOW, high: float = BETA
     return torch.where(x <= 0, torch.full_like(x, low), x)
 
 
-def beta_log_density(x: np.ndarray, alphas: np.ndarray, betas: np.ndarray) -> np.ndarray:
+def beta_log_density(x: np.ndarray, alphas: np.ndarray, betas: np.ndarray,
+                     clamp: float = DENSITY_CLAMP) -> np.ndarray:
     """Log Beta densities of every value under every component.
 
     ``log p_k(x) = (a_k - 1) log x + (b_k - 1) log(1 - x) + lnG(a_k + b_k) - lnG(a_k) - lnG(b_k)``
-    with ``x`` clamped to ``[1e-6, 1 - 1e-6]`` first (the fork's guard against ``log 0``).
+    with ``x`` clamped to ``[clamp, 1 - clamp]`` first (the fork's ``x_eps``, module
+    docstring). With ``clamp = 0`` an ``x`` of exactly 0 or 1 gives the IEEE values of the
+    formula, as the fork: ``-inf`` where the exponent ``a - 1`` (``b - 1``) is positive,
+    ``+inf`` where it is negative, NaN where it is 0.
 
     Args:
-        x: (N,) values.
+        x: (N,) values in [0, 1].
         alphas: (K,) shapes ``a``, > 0.
         betas: (K,) shapes ``b``, > 0.
+        clamp: in ``[0, 0.5)``; 1e-6 (the fork's default) or 0 (no clamp).
 
     Returns:
         (N, K) float64 log densities.
     """
-    xc = np.clip(np.asarray(x, dtype=np.float64), DENSITY_CLAMP, 1.0 - DENSITY_CLAMP)[:, None]
+    _check_clamp(clamp)
+    xc = np.clip(np.asarray(x, dtype=np.float64), clamp, 1.0 - clamp)[:, None]
     a = np.asarray(alphas, dtype=np.float64)[None, :]
     b = np.asarray(betas, dtype=np.float64)[None, :]
     log_norm = gammaln(a + b) - gammaln(a) - gammaln(b)  # (1, K)
-    return (a - 1.0) * np.log(xc) + (b - 1.0) * np.log1p(-xc) + log_norm
+    # log(0) = -inf and 0 * -inf = NaN are the fork's values at an unclamped 0 or 1: no warnings
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (a - 1.0) * np.log(xc) + (b - 1.0) * np.log1p(-xc) + log_norm
+
+
+def _check_clamp(clamp: float) -> None:
+    if not 0.0 <= clamp < 0.5:
+        raise ValueError(f"`clamp` must lie in [0, 0.5), got {clamp}")
 
 
 def beta_e_step(
-    x: np.ndarray, alphas: np.ndarray, betas: np.ndarray, weights: np.ndarray
+    x: np.ndarray, alphas: np.ndarray, betas: np.ndarray, weights: np.ndarray,
+    clamp: float = DENSITY_CLAMP,
 ) -> tuple[np.ndarray, float]:
     """E-step: responsibilities and the total log-likelihood (notes 3.3 c).
 
     ``r_ik = pi_k p_k(x_i) / sum_j pi_j p_j(x_i)``, computed in log space with log-sum-exp;
     ``LL = sum_i log sum_k pi_k p_k(x_i)`` (a sum over the N samples, not a mean). A component
-    of weight 0 gets responsibility 0.
+    of weight 0 gets responsibility 0. Without a clamp, a value at exactly 0 or 1 gets NaN
+    responsibilities (its log densities are infinite, or NaN, :func:`beta_log_density`), as in
+    the fork, and the total is then ``-inf``, ``+inf`` or NaN.
 
     Args:
         x: (N,) values in [0, 1].
         alphas, betas: (K,) shapes.
         weights: (K,) prior weights ``pi``, non-negative, summing to 1.
+        clamp: the density's clamp of ``x`` (:func:`beta_log_density`).
 
     Returns:
         ``(r, LL)``: (N, K) responsibilities (rows sum to 1) and the float total.
     """
     with np.errstate(divide="ignore"):  # log(0) = -inf for an emptied component is intended
         log_w = np.log(np.asarray(weights, dtype=np.float64))
-    joint = beta_log_density(x, alphas, betas) + log_w[None, :]  # (N, K)
-    total = logsumexp(joint, axis=1, keepdims=True)  # (N, 1)
-    return np.exp(joint - total), float(total.sum())
+    joint = beta_log_density(x, alphas, betas, clamp) + log_w[None, :]  # (N, K)
+    with np.errstate(invalid="ignore"):  # inf - inf = NaN: the fork's value at an unclamped 0/1
+        total = logsumexp(joint, axis=1, keepdims=True)  # (N, 1)
+        return np.exp(joint - total), float(total.sum())
 
 
 def _moments_to_shapes(x: np.ndarray, r: np.ndarray) -> tuple[float, float]:
@@ -244,18 +280,19 @@ def _run_em(
     params: tuple[np.ndarray, np.ndarray, np.ndarray],
     max_iter: int,
     tol: float,
+    clamp: float,
 ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], list[float], int]:
     """pomegranate's EM loop (notes 3.3 d): E-step on the starting parameters, then up to
     ``max_iter`` rounds of (M-step from the last responsibilities, E-step); stop as soon as the
     total log-likelihood improves by ``<= tol`` (a decrease stops it too). The returned
     parameters are those of the last M-step; the log-likelihoods start with the initial one.
     """
-    resp, ll = beta_e_step(x, *params)
+    resp, ll = beta_e_step(x, *params, clamp)
     history = [ll]
     n_iter, improvement = 0, np.inf
     while n_iter < max_iter and improvement > tol:
         params = beta_m_step(x, resp, params[0], params[1])
-        resp, new_ll = beta_e_step(x, *params)
+        resp, new_ll = beta_e_step(x, *params, clamp)
         improvement = new_ll - ll
         ll = new_ll
         history.append(ll)
@@ -303,6 +340,7 @@ def fit_beta_mixture(
     refine_max_iter: int = 1000,
     seed: int | None = 0,
     kmeans_updates: int = 1,
+    clamp: float = DENSITY_CLAMP,
 ) -> BetaMixture:
     """Fit L2RM's two-component Beta mixture by EM (notes 3.3).
 
@@ -336,13 +374,16 @@ def fit_beta_mixture(
         refine_max_iter: cap on the second phase's M-steps, >= 0.
         seed: seed of the k-means++ generator; None for fresh entropy.
         kmeans_updates: Lloyd centroid updates after the seeding, >= 0 (official 1).
+        clamp: the density's clamp of ``x`` (:func:`beta_log_density`; 1e-6, the fork's
+            ``x_eps``; 0: none).
 
     Returns:
         The fitted :class:`BetaMixture`.
 
     Raises:
         ValueError: if ``x`` is not a finite 1-D array/tensor of >= 2 values in [0, 1] with two
-            distinct values, or on a negative count or tolerance.
+            distinct values, on a negative count or tolerance, on a bad ``clamp``, or on an
+            ``x`` of exactly 0 or 1 when ``clamp`` is 0 (the fork's EM turns it into NaN).
     """
     values = _as_float64_vector(x, "x", min_len=2)
     if values.min() < 0.0 or values.max() > 1.0:
@@ -350,21 +391,27 @@ def fit_beta_mixture(
                          "see normalise_for_beta)")
     if values.min() == values.max():
         raise ValueError("`x` needs at least two distinct values to fit two components")
+    _check_clamp(clamp)
+    if clamp == 0.0 and (values.min() == 0.0 or values.max() == 1.0):
+        raise ValueError("`x` holds an exact 0 or 1, whose unclamped log density is infinite "
+                         "(the fork's EM then gives NaN): normalise with normalise_for_beta "
+                         "or fit with a clamp > 0")
     _check_em_settings(max_iter, tol, refine_tol, refine_max_iter)
     if kmeans_updates < 0:
         raise ValueError(f"`kmeans_updates` must be >= 0, got {kmeans_updates}")
 
     params = _kmeans_init(values, np.random.default_rng(seed), kmeans_updates)
-    params, history, n_iter = _run_em(values, params, max_iter, tol)
+    params, history, n_iter = _run_em(values, params, max_iter, tol, clamp)
     n_refine = 0
     if refine_tol is not None:
         # A fresh fit: its first E-step recomputes the last log-likelihood of phase 1.
-        params, refine_history, n_refine = _run_em(values, params, refine_max_iter, refine_tol)
+        params, refine_history, n_refine = _run_em(values, params, refine_max_iter, refine_tol,
+                                                   clamp)
         history += refine_history[1:]
     alphas, betas, weights = params
     return BetaMixture(alphas=alphas, betas=betas, weights=weights, n_iter=n_iter,
                        n_iter_refine=n_refine, log_likelihood=history[-1],
-                       history=tuple(history))
+                       history=tuple(history), clamp=clamp)
 
 
 def beta_clean_component(mixture: BetaMixture, probe: float = BETA_PROBE) -> int:
@@ -386,6 +433,7 @@ def beta_clean_probability(
     refine_max_iter: int = 1000,
     seed: int | None = 0,
     probe: float = BETA_PROBE,
+    clamp: float = DENSITY_CLAMP,
 ) -> Tensor:
     """L2RM's clean probability of every training pair (notes 3.2-3.3).
 
@@ -403,6 +451,8 @@ def beta_clean_probability(
             finite.
         max_iter, tol, refine_tol, refine_max_iter, seed: see :func:`fit_beta_mixture`.
         probe: the value whose most likely component is the clean one, in (0, 1) (official 1e-3).
+        clamp: the density's clamp of ``x`` (:func:`beta_log_density`; 1e-6, the fork's
+            ``x_eps``; 0: none, safe here: the normalised values never reach 0 or 1).
 
     Returns:
         (N,) probabilities in [0, 1] on the device of ``losses``; float64 for float64 losses,
@@ -415,6 +465,7 @@ def beta_clean_probability(
     check_vector(losses, "losses", min_len=2)
     check_finite(losses, "losses")
     _check_em_settings(max_iter, tol, refine_tol, refine_max_iter)
+    _check_clamp(clamp)
     if not 0.0 < probe < 1.0:
         raise ValueError(f"`probe` must lie in (0, 1), got {probe}")
     out_dtype = torch.float64 if losses.dtype == torch.float64 else torch.float32
@@ -428,7 +479,7 @@ def beta_clean_probability(
         return torch.ones(losses.shape, dtype=out_dtype, device=losses.device)
 
     x = normalise_for_beta(losses).detach().cpu().to(torch.float64).numpy()  # (N,)
-    mixture = fit_beta_mixture(x, max_iter, tol, refine_tol, refine_max_iter, seed)
+    mixture = fit_beta_mixture(x, max_iter, tol, refine_tol, refine_max_iter, seed, clamp=clamp)
     clean = beta_clean_component(mixture, probe)
     posterior = mixture.posterior(x)[:, clean]  # (N,)
     return torch.from_numpy(posterior).to(dtype=out_dtype, device=losses.device)

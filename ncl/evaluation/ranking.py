@@ -100,7 +100,8 @@ def dirichlet_uncertainty(evidence: Tensor) -> Tensor:
     """DECL's uncertainty of each pair of a batch (spec 4.6.1, both directions summed):
     ``u_i = K / sum_j alpha_i2t[i, j] + K / sum_j alpha_t2i[i, j]`` with ``alpha_i2t = e + 1``,
     ``alpha_t2i = e^T + 1`` and ``K = B``, from
-    :func:`ncl.losses.decl.correspondence_statistics` (the values DECL trains with).
+    :func:`ncl.losses.decl.correspondence_statistics` (the values DECL trains with, here in
+    float64; DECL's own pass computes in ``model.prediction_precision``, float32 by default).
 
     Args:
         evidence: ``(B, B)`` evidence ``e`` (images x captions, pair ``i`` on the diagonal).
@@ -109,7 +110,8 @@ def dirichlet_uncertainty(evidence: Tensor) -> Tensor:
         ``(B,)`` float64 in ``(0, 2]``; 2 when the batch holds no evidence at all.
     """
     _check_square(evidence)
-    stats = correspondence_statistics(evidence)
+    # float64 as ever: the ensemble's evidence is float64 (docs/switches.md, "Ensemble precision")
+    stats = correspondence_statistics(evidence.double())
     return stats[:, 1] + stats[:, 2]
 
 
@@ -126,7 +128,7 @@ def decl_predicted_clean(evidence: Tensor) -> Tensor:
         ``(B,)`` bool, True = predicted clean.
     """
     _check_square(evidence)
-    return correspondence_statistics(evidence)[:, 0] > 0.5
+    return correspondence_statistics(evidence.double())[:, 0] > 0.5
 
 
 def uncertainty_values(evidence: Tensor) -> tuple[Tensor, Tensor]:

@@ -23,6 +23,10 @@ float32 (7 significant digits, the official code's precision) it carries an abso
 error of order 1, larger than the KL itself for a confident row. :func:`dirichlet_kl_to_uniform`
 therefore computes in float64 (exact to ~1e-9 there) and returns the input's dtype; the squared
 error and variance terms are sums of bounded values and are computed in the input's dtype.
+:func:`correspondence_statistics` computes in its input's dtype, because the arg-max depends on
+it: in float32 (the official code's) ``tanh(Z)`` is exactly 1 for ``Z`` above about 9.02, so
+saturated entries tie and the arg-max takes the first of them, where float64 still tells them
+apart (:class:`~ncl.methods.decl.DECL`'s ``prediction_precision`` chooses).
 """
 
 from __future__ import annotations
@@ -216,18 +220,26 @@ def correspondence_statistics(evidence_matrix: Tensor) -> Tensor:
     * ``u_i2t(i) = K / sum_j alpha_i2t[i, j]`` and ``u_t2i(i) = K / sum_j alpha_t2i[i, j]``
       with ``K = B`` (the official code logs their sum ``u`` and does not train on it).
 
+    Everything is computed in the dtype of ``evidence_matrix`` (module docstring, "Precision"):
+    float32 evidence of saturated scores ties, and a tie goes to the first column, so the
+    prediction depends on the precision the evidence was computed in.
+
     Args:
-        evidence_matrix: ``(B, B)`` evidence of a batch.
+        evidence_matrix: ``(B, B)`` evidence of a batch, float32 (the official precision) or
+            float64.
 
     Returns:
         ``(B, 4)`` float64 columns ``[predicted clean (0/1), u_i2t, u_t2i, N_ii]``.
     """
     b = check_square(evidence_matrix, "evidence_matrix")
-    e = evidence_matrix.double()
+    if evidence_matrix.dtype not in (torch.float32, torch.float64):
+        raise ValueError("`evidence_matrix` must be float32 or float64, got "
+                         f"{evidence_matrix.dtype}")
+    e = evidence_matrix
     joint = e + e.t()
     normalised = joint / joint.sum(dim=1, keepdim=True)
     index = torch.arange(b, device=e.device)
-    predicted = (normalised.argmax(dim=1) == index).double()
+    predicted = (normalised.argmax(dim=1) == index).to(e.dtype)
     u_i2t = b / (e + 1.0).sum(dim=1)
     u_t2i = b / (e + 1.0).sum(dim=0)
-    return torch.stack([predicted, u_i2t, u_t2i, normalised.diagonal()], dim=1)
+    return torch.stack([predicted, u_i2t, u_t2i, normalised.diagonal()], dim=1).double()

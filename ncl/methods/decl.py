@@ -13,7 +13,8 @@ zeroed in the EDL labels and RDH over the predicted-clean pairs only.
 
 The official code's behaviour is the default; where the spec flags a paper/code difference or
 an ambiguity there is a named switch (``docs/methods/decl.md``): ``hardness_batch_size``,
-``hardness_counts_warmup``, ``rdh_reduction``, ``kl_anneal_epochs``, ``lr_schedule``.
+``hardness_counts_warmup``, ``rdh_reduction``, ``kl_anneal_epochs``, ``lr_schedule``,
+``prediction_precision``.
 
 State (checkpointed through :meth:`DECL.training_state`, identical on every rank): the
 per-pair prediction table, the epoch it was made for, and the step counter of the hardness
@@ -29,7 +30,7 @@ rank batches of the same sizes).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import lightning as L
 import torch
@@ -62,13 +63,24 @@ from ncl.streams import declare_stream
 PREDICTION_STREAM = declare_stream(41, "decl.prediction")
 #: Rows of the prediction table (:func:`~ncl.losses.decl.correspondence_statistics`).
 PRED_CLEAN, U_I2T, U_T2I, MATCHED_EVIDENCE = range(4)
+PredictionPrecision = Literal["float32", "float64"]
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
-def prediction_values(tau: float) -> Callable[[nn.Module, dict[str, Tensor]], Tensor]:
+def prediction_values(tau: float, precision: PredictionPrecision = "float32"
+                      ) -> Callable[[nn.Module, dict[str, Tensor]], Tensor]:
     """The per-sample function of the prediction pass: ``(B, 4)`` rows of
-    :func:`~ncl.losses.decl.correspondence_statistics` of the batch's evidence."""
+    :func:`~ncl.losses.decl.correspondence_statistics` of the batch's evidence
+    ``exp(tanh(Z) / tau)``, computed from the raw scores ``Z`` in ``precision``: float32 as the
+    official code (saturated scores, ``Z`` above about 9.02, tie and go to the first column), or
+    float64 (ties only from about 19)."""
+    if precision not in _DTYPES:
+        raise ConfigError("model.prediction_precision must be 'float32' or 'float64', "
+                          f"got {precision!r}")
+    dtype = _DTYPES[precision]
+
     def fn(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-        return correspondence_statistics(evidence(forward_logits(net, batch).double(), tau))
+        return correspondence_statistics(evidence(forward_logits(net, batch).to(dtype), tau))
     return fn
 
 
@@ -103,6 +115,8 @@ class DECL(RetrievalMethod):
             batch size, as the official code, which predicts over the training loader).
         lr_schedule: ``after_warmup`` (official: the warm-up runs at lr0, then the step
             schedule counts the epochs after it) or ``global``.
+        prediction_precision: dtype of the prediction pass's evidence and arg-max: ``float32``
+            (official: saturated scores tie, the first column wins) or ``float64``.
     """
 
     spec: ClassVar[MethodSpec] = MethodSpec(
@@ -140,7 +154,8 @@ class DECL(RetrievalMethod):
                  hardness_batch_size: int | None = 128, hardness_counts_warmup: bool = True,
                  rdh_reduction: RdhReduction = "sum", kl_anneal_epochs: int = 0,
                  prediction_batch_size: int | None = None,
-                 lr_schedule: LrSchedule = "after_warmup", **kwargs: Any) -> None:
+                 lr_schedule: LrSchedule = "after_warmup",
+                 prediction_precision: PredictionPrecision = "float32", **kwargs: Any) -> None:
         super().__init__(vocab_size, backbone, optimizer=optimizer, lr_update=lr_update,
                          n_networks=1, **kwargs)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
@@ -189,7 +204,8 @@ class DECL(RetrievalMethod):
         so the batches are the same for any number of processes
         (:func:`~ncl.training.passes.deal_batches`)."""
         size = self.hparams.prediction_batch_size or retrieval_data(self.trainer, "DECL").batch_size
-        return PassSpec(prediction_values(self.hparams.tau), nets=(0,), batch_size=size,
+        return PassSpec(prediction_values(self.hparams.tau, self.hparams.prediction_precision),
+                        nets=(0,), batch_size=size,
                         shuffle=True, stream=PREDICTION_STREAM, seed=self.training_seed)
 
     def accept_refinement(self, epoch: int, values: Tensor) -> None:
@@ -295,3 +311,4 @@ def _check_ranges(hp: Any) -> None:
     check_ranges(hp, integers={"warmup_epochs": 0, "mu": 1, "kl_anneal_epochs": 0},
                  positive=["margin", "tau"], nonnegative=["lambda1", "lambda2", "eta"],
                  batch_sizes=["hardness_batch_size", "prediction_batch_size"])
+    prediction_values(hp.tau, hp.prediction_precision)  # raises ConfigError naming a bad dtype

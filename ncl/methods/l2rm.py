@@ -100,6 +100,7 @@ class L2RM(RetrievalMethod):
             log-likelihood gains at most this (0.1); ``None`` skips it (the issue text's "10
             iterations, tol 1e-2" alone).
         bmm_seed: seed of the mixture's k-means++ start (the official seeds numpy with 0).
+        bmm_density_clamp: ``x`` clamped to ``[c, 1 - c]`` in the Beta density (fork 1e-6; 0: none).
         division_batch_size: batch of the division pass (``None``: the training batch size).
         (``diagnostics``, the base's: the division's quality and the rematching's.)
     """
@@ -126,8 +127,8 @@ class L2RM(RetrievalMethod):
                  lr_cost: float = 2e-6, key_fraction: float = 0.1,
                  mask_own_image: MaskOwnImage = "auto", sinkhorn_max_iter: int = 1000,
                  sinkhorn_threshold: float = 1e-3, dummy_scale: float = 100.0,
-                 bmm_max_iter: int = 10, bmm_tol: float = 1e-2,
-                 bmm_refine_tol: float | None = 0.1, bmm_seed: int | None = 0,
+                 bmm_max_iter: int = 10, bmm_tol: float = 1e-2, bmm_refine_tol: float | None = 0.1,
+                 bmm_seed: int | None = 0, bmm_density_clamp: float = 1e-6,
                  division_batch_size: int | None = None, select_warmup: bool = True,
                  **kwargs: Any) -> None:
         super().__init__(vocab_size, backbone, optimizer=optimizer, lr_update=lr_update,
@@ -198,8 +199,8 @@ class L2RM(RetrievalMethod):
         hp = self.hparams
         size = hp.division_batch_size or retrieval_data(self.trainer, "L2RM").batch_size
         spec = PassSpec(mean_hinge(hp.margin), (0,), size, True, DIVISION_STREAM, self.training_seed)
-        return spec, GMMSpec(seed=hp.bmm_seed, max_iter=hp.bmm_max_iter, tol=hp.bmm_tol,
-                             mixture="beta", refine_tol=hp.bmm_refine_tol)
+        return spec, GMMSpec(0, hp.bmm_seed, hp.bmm_max_iter, hp.bmm_tol, mixture="beta",
+                             refine_tol=hp.bmm_refine_tol, density_clamp=hp.bmm_density_clamp)
 
     def accept_division(self, epoch: int, values: Tensor, clean_prob: Tensor) -> None:
         """Clean iff the clean component's posterior > 0.5 (official, strict); ``values`` and
@@ -323,7 +324,7 @@ class L2RM(RetrievalMethod):
 def _check_ranges(hp: Any) -> None:
     """Raise ConfigError naming the offending ``model.*`` option."""
     check_ranges(hp, integers={"warmup_epochs": 0, "queue_length": 1, "sinkhorn_max_iter": 1,
-                               "bmm_max_iter": 1},
+                               "bmm_max_iter": 1}, nonnegative=["bmm_density_clamp"],
                  positive=["margin", "tau", "reg", "lr_cost", "sinkhorn_threshold", "dummy_scale",
                            "bmm_tol"], open_unit=["rho"], fractions=["key_fraction"],
                  optional_positive=["bmm_refine_tol"], batch_sizes=["division_batch_size"])

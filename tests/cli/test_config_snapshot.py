@@ -82,6 +82,14 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
         "ncl.data.noise_registry) instead of NCR's caption shuffle from noise_seed 0, which "
         "L2RM's loader only draws when that file is missing; noise_type (caption), noise_ratio "
         "and noise_seed are unchanged, and the seed is unused when a file is read",
+    ("model.init_args.prediction_precision", ABSENT, "float32"):
+        "DECL's correspondence prediction computes its evidence in float32, as the official code "
+        "(saturated scores tie and the first column wins); float64, the precision before, is "
+        "the switch's other value (docs/methods/decl.md)",
+    ("model.init_args.bmm_density_clamp", ABSENT, 1e-06):
+        "L2RM's clamp of x in the Beta density, now an option; its default is the clamp the "
+        "mixture always had (the pomegranate fork's x_eps), so the run is the same",
+
 }
 
 

@@ -91,6 +91,96 @@ def test_e_step_hand_computed():
         == pytest.approx(30 * 0.2 * 0.8**4, rel=1e-12)
 
 
+# ---------------------------------------------------------------- (b') one EM round at 0 and 1
+
+#: Values with both ends, and two components: Beta(2, 5), and Beta(0.7, 1) whose exponent
+#: a - 1 < 0 makes its density infinite at 0 and whose b - 1 = 0 makes 0 * log(0) at 1.
+EDGE_X = np.array([0.0, 0.1, 0.35, 0.8, 1.0])
+EDGE_A, EDGE_B, EDGE_W = np.array([2.0, 0.7]), np.array([5.0, 1.0]), np.array([0.6, 0.4])
+
+
+def _hand_log_density(x: np.ndarray, eps: float) -> np.ndarray:
+    """(N, 2) log densities written from the Beta formula with scipy.special.gammaln, x moved
+    into [eps, 1 - eps] as the fork's x_eps does (eps = 0: IEEE infinities and NaN)."""
+    from scipy.special import gammaln
+
+    xc = np.minimum(np.maximum(x, eps), 1.0 - eps)
+    out = np.empty((x.size, 2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for k in range(2):
+            a, b = EDGE_A[k], EDGE_B[k]
+            out[:, k] = ((a - 1) * np.log(xc) + (b - 1) * np.log(1.0 - xc)
+                         + gammaln(a + b) - gammaln(a) - gammaln(b))
+    return out
+
+
+def test_one_e_step_and_m_step_by_hand_with_x_at_0_and_1() -> None:
+    """The fork's clamp (x_eps = 1e-6, the default) moves 0 and 1 to 1e-6 and 1 - 1e-6 in the
+    density only; the M-step's weighted moments use the values themselves, 0 and 1 included."""
+    log_p = _hand_log_density(EDGE_X, 1e-6)
+    assert np.isfinite(log_p).all()
+    # Beta(2, 5) at 1e-6 by its pdf 30 x (1 - x)^4
+    assert log_p[0, 0] == pytest.approx(math.log(30 * 1e-6 * (1 - 1e-6) ** 4), rel=1e-12)
+    joint = log_p + np.log(EDGE_W)
+    norm = np.log(np.exp(joint).sum(axis=1))
+    want_r = np.exp(joint - norm[:, None])
+    resp, total = beta_e_step(EDGE_X, EDGE_A, EDGE_B, EDGE_W)
+    np.testing.assert_allclose(resp, want_r, rtol=1e-12, atol=1e-300)
+    assert total == pytest.approx(norm.sum(), rel=1e-12)
+    np.testing.assert_allclose(beta_log_density(EDGE_X, EDGE_A, EDGE_B), log_p, rtol=1e-12)
+
+    # M-step from those responsibilities: m, s2 per component, alpha = m (m (1 - m) / s2 - 1),
+    # beta = alpha (1 - m) / m, weights W_k / N
+    new_a, new_b, new_w = beta_m_step(EDGE_X, want_r, EDGE_A, EDGE_B)
+    for k in range(2):
+        r = want_r[:, k]
+        m = float((r * EDGE_X).sum() / r.sum())
+        s2 = float((r * EDGE_X**2).sum() / r.sum() - m * m)
+        alpha = m * (m * (1 - m) / s2 - 1)
+        assert new_a[k] == pytest.approx(alpha, rel=1e-10)
+        assert new_b[k] == pytest.approx(alpha * (1 - m) / m, rel=1e-10)
+        assert new_w[k] == pytest.approx(r.sum() / EDGE_X.size, rel=1e-12)
+
+
+def test_without_a_clamp_0_and_1_give_the_forks_infinities_and_nan() -> None:
+    """x_eps = 0: at x = 0, (0.7 - 1) log 0 = +inf and (2 - 1) log 0 = -inf; at x = 1,
+    (5 - 1) log 0 = -inf and (1 - 1) log 0 = NaN. The E-step's log-sum-exp of [-inf, +inf] is
+    +inf, so row 0's responsibilities are [0, NaN]; row 4's is NaN, so both are NaN."""
+    log_p = beta_log_density(EDGE_X, EDGE_A, EDGE_B, clamp=0.0)
+    assert log_p[0, 0] == -np.inf and log_p[0, 1] == np.inf
+    assert log_p[4, 0] == -np.inf and np.isnan(log_p[4, 1])
+    np.testing.assert_allclose(log_p[1:4], _hand_log_density(EDGE_X, 0.0)[1:4], rtol=1e-12)
+    resp, total = beta_e_step(EDGE_X, EDGE_A, EDGE_B, EDGE_W, clamp=0.0)
+    assert resp[0, 0] == 0.0 and np.isnan(resp[0, 1]) and np.isnan(resp[4]).all()
+    assert np.isnan(total)
+    clamped, _ = beta_e_step(EDGE_X, EDGE_A, EDGE_B, EDGE_W)
+    np.testing.assert_allclose(resp[1:4], clamped[1:4], rtol=1e-12)  # the interior: no change
+    # the fit refuses such values rather than return NaN parameters
+    with pytest.raises(ValueError, match="exact 0 or 1"):
+        fit_beta_mixture(EDGE_X, clamp=0.0)
+    with pytest.raises(ValueError, match="clamp"):
+        beta_log_density(EDGE_X, EDGE_A, EDGE_B, clamp=0.5)
+
+
+def test_l2rm_normalisation_never_reaches_0_or_1_so_no_clamp_is_safe() -> None:
+    """normalise_for_beta moves the extremes to 1e-3 and 1 - 1e-3 (the official code), so the
+    unclamped fit runs; a normalised value of 1e-8 (inside the 1e-6 clamp) is where the two
+    densities differ."""
+    losses = torch.tensor([0.0, 1e-8, 0.05, 0.1, 0.12, 0.5, 0.7, 0.9, 0.95, 1.0],
+                          dtype=torch.float64)
+    x = normalise_for_beta(losses).numpy()
+    assert x.min() > 0.0 and x.max() < 1.0 and x[1] == pytest.approx(1e-8)
+    unclamped = beta_clean_probability(losses, clamp=0.0)
+    clamped = beta_clean_probability(losses)
+    assert torch.isfinite(unclamped).all() and torch.isfinite(clamped).all()
+    mixture = fit_beta_mixture(x, clamp=0.0)
+    assert mixture.clamp == 0.0 and fit_beta_mixture(x).clamp == 1e-6
+    a, b = mixture.alphas, mixture.betas
+    d0 = beta_log_density(x[1:2], a, b, clamp=0.0)
+    d6 = beta_log_density(x[1:2], a, b)
+    assert not np.allclose(d0, d6)  # 1e-8 is moved to 1e-6 by the clamp only
+
+
 # ---------------------------------------------------------------- (c) recovery and division
 
 

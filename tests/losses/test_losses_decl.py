@@ -157,6 +157,33 @@ def test_correspondence_statistics() -> None:
     assert out[:, 3].tolist() == pytest.approx(norm.diagonal().tolist())
 
 
+#: Raw scores whose large entries all saturate float32's tanh (it is exactly 1 above about
+#: 9.02) but not float64's: row 0's 10 and 12, row 1's 12 and 15.
+SATURATED = [[10.0, 12.0, -20.0],
+             [12.0, 15.0, -20.0],
+             [-20.0, -20.0, 5.0]]
+
+
+def test_prediction_of_saturated_rows_depends_on_the_precision() -> None:
+    """Float32 (the official code's precision): every saturated entry has evidence exp(10), so
+    N's row 0 ties between columns 0 and 1 (2 exp(10) each) and the first maximum, column 0,
+    keeps pair 0; row 1 ties the same way and column 0 wins, so pair 1 is predicted noisy. In
+    float64, tanh(10) < tanh(12) < tanh(15): row 0's maximum is column 1 (noisy), row 1's is
+    column 1 (clean). Row 2's own evidence exp(tanh(5)/0.1) dwarfs exp(-10): clean both ways."""
+    z = torch.tensor(SATURATED)
+    official = correspondence_statistics(evidence(z.float(), 0.1))
+    assert official.dtype == torch.float64
+    assert official[:, 0].tolist() == [1.0, 0.0, 1.0]
+    wide = correspondence_statistics(evidence(z.double(), 0.1))
+    assert wide[:, 0].tolist() == [0.0, 1.0, 1.0]
+    # float32 uncertainty of row 0 by hand: evidence exp(10), exp(10), exp(-10), K = 3
+    sat, low = math.exp(10.0), math.exp(-10.0)
+    assert official[0, 1].item() == pytest.approx(3 / (2 * sat + low + 3), rel=1e-6)
+    assert official[0, 3].item() == pytest.approx(2 * sat / (4 * sat + 2 * low), rel=1e-6)
+    with pytest.raises(ValueError, match="float32 or float64"):
+        correspondence_statistics(evidence(z.half(), 0.1))
+
+
 def test_bad_shapes_are_refused() -> None:
     with pytest.raises(ValueError, match="k"):
         rdh_loss(torch.zeros(3, 3), 4)

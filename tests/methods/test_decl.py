@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ncl.errors import ConfigError
-from ncl.methods.decl import DECL
+from ncl.methods.decl import DECL, PRED_CLEAN, prediction_values
 from ncl.models.sgraf import SGRAF
 from tiny_runs import TINY_SGRAF
 
@@ -56,7 +56,8 @@ def test_kl_weight_ramp() -> None:
 
 @pytest.mark.parametrize(("option", "value"), [("mu", 0), ("tau", 0.0), ("lambda2", -0.1),
                                                ("hardness_batch_size", 1), ("warmup_epochs", -1),
-                                               ("kl_anneal_epochs", 1.5)])
+                                               ("kl_anneal_epochs", 1.5),
+                                               ("prediction_precision", "float16")])
 def test_bad_options_name_themselves(option: str, value: float) -> None:
     with pytest.raises(ConfigError, match=f"model.{option}"):
         decl(**{option: value})
@@ -83,3 +84,36 @@ def test_prediction_table_is_training_state() -> None:
     assert other.prediction_epoch == 3 and (other.steps, other.main_steps) == (11, 4)
     assert torch.equal(other.predictions.values, method.predictions.values)
     assert other.predictions.values[:, 2].tolist() == [8.0, 9.0, 10.0, 11.0]
+
+
+class FixedScores(nn.Module):
+    """A stand-in backbone whose raw scores are a fixed (B, B) float32 matrix."""
+
+    def __init__(self, scores: torch.Tensor) -> None:
+        super().__init__()
+        self.scores = scores
+
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        return images
+
+    def encode_captions(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return tokens
+
+    def similarity_logits(self, img: torch.Tensor, cap: torch.Tensor,
+                          lengths: torch.Tensor) -> torch.Tensor:
+        return self.scores
+
+
+def test_prediction_pass_precision_switch() -> None:
+    """The pass computes from float32 scores in model.prediction_precision: float32 (default,
+    official) ties the saturated scores 10, 12 and 15 (tanh = 1) and takes the first column;
+    float64 tells them apart (by hand: tests/losses/test_losses_decl.py, SATURATED)."""
+    scores = torch.tensor([[10.0, 12.0, -20.0], [12.0, 15.0, -20.0], [-20.0, -20.0, 5.0]])
+    net = FixedScores(scores)
+    batch = {"images": torch.zeros(3, 2, 4), "tokens": torch.zeros(3, 2),
+             "lengths": torch.tensor([2, 2, 2])}
+    assert decl().hparams.prediction_precision == "float32"
+    assert prediction_values(0.1)(net, batch)[:, PRED_CLEAN].tolist() == [1.0, 0.0, 1.0]
+    assert prediction_values(0.1, "float64")(net, batch)[:, PRED_CLEAN].tolist() == [0.0, 1.0, 1.0]
+    wide = decl(prediction_precision="float64", prediction_batch_size=3).refinement_pass(1)
+    assert wide.fn(net, batch)[:, PRED_CLEAN].tolist() == [0.0, 1.0, 1.0]
