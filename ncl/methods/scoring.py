@@ -75,8 +75,9 @@ class BatchScoring:
         scores are the sigmoid of the same logits (what SGRAF's ``forward`` computes, bit for
         bit), ``None`` unless ``scores``."""
         if self.rule != "evidence":
-            raise ConfigError(f"the batch evidence needs DECL evidence (model.combine evidence, "
-                              f"or a DECL checkpoint), but the scores are {self.rule!r}")
+            raise ConfigError(f"the batch evidence needs DECL evidence (a DECL run, or "
+                              f"model.combine evidence), but {type(self).__name__}'s "
+                              f"model.combine resolved to {self.rule!r}")
         logits = [forward_logits(net, batch) for net in self.nets]
         ev = self._model_mean([evidence(z, tau) for z, tau in zip(logits, self.evidence_taus())])
         if not scores:
