@@ -58,7 +58,12 @@ from ncl.cli.parser import (  # noqa: F401
 )
 from ncl.compose import TRAINER_DEFAULTS, expand_configs
 from ncl.errors import NclWarning
-from ncl.runs.checkpoints import AtomicCheckpointIO, check_backbone, check_weights_fit
+from ncl.runs.checkpoints import (
+    AtomicCheckpointIO,
+    check_backbone,
+    check_weights_fit,
+    warn_other_noise,
+)
 from ncl.runs.folders import (
     CHECKPOINTS,
     WANDB_LOGGERS,
@@ -179,6 +184,8 @@ class NclCLI(LightningCLI):
         options = self._options(subcommand)
         if subcommand != "fit":
             check_backbone(path, options)
+            if subcommand == "predict":
+                warn_other_noise(path, options)
             return
         override = bool(self.config[subcommand].get("override_run"))
         changes = check_resume(run_dir_of(path), path, ckpt, options, override)

@@ -117,6 +117,19 @@ def test_a_bad_ckpt_path_is_one_error_line(rcl_run: tuple[Path, Path, Path]) -> 
     assert not (run / "predictions").exists()
 
 
+def test_other_noise_than_the_runs_is_named(rcl_run: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    cwd, override, run = rcl_run
+    result = _predict(cwd, override, "--ckpt_path", "best", "--data.init_args.noise_ratio", "0.2",
+                      "--out", str(tmp_path / "other.csv"))
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("ncl: warning:")]
+    assert "was trained on other noise than this config's: data.init_args.noise_ratio 0.4 (the run) " \
+           "vs 0.2 (this config)" in line and str(run.resolve() / "config.yaml") in line
+    result = _predict(cwd, override, "--ckpt_path", "best", "--out", str(tmp_path / "own.csv"))
+    assert result.returncode == 0, result.stderr
+    assert "ncl: warning:" not in result.stderr  # the run's own noise: no warning
+
+
 def test_a_decl_run_ranks_by_uncertainty_by_default(tmp_path: Path, synthetic_cache: Path) -> None:
     override = tmp_path / "decl.yaml"
     override.write_text(yaml.safe_dump({
