@@ -20,7 +20,13 @@ from torch import Tensor
 
 from ncl.data.datasets import PairDataset
 from ncl.errors import ConfigError
-from ncl.evaluation.ranked_output import check_options, check_ranking, report, report_uncertainty, write_outputs
+from ncl.evaluation.ranked_output import (
+    check_options,
+    check_ranking,
+    report,
+    report_uncertainty,
+    write_outputs,
+)
 from ncl.evaluation.ranking import (
     DEFAULT_MARGIN,
     PairScores,

@@ -22,9 +22,13 @@ import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser
 
 from ncl.callbacks.prediction_writer import RankedPairsWriter
-from ncl.evaluation.ranked_output import check_options
-from ncl.cli.input_checks import check_trains_something, short_usage, unknown_option_line
+from ncl.cli.input_checks import (
+    check_trains_something,
+    short_usage,
+    unknown_option_line,
+)
 from ncl.errors import ConfigError
+from ncl.evaluation.ranked_output import check_options
 from ncl.methods.base import RetrievalMethod
 
 

@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-import torch
 from torch import Tensor, nn
 
 from ncl.errors import ConfigError, NclWarning

@@ -18,8 +18,8 @@ import yaml
 from launch import ncl_here
 
 from ncl.evaluation.ranking import COLUMNS, RANKINGS, UNCERTAINTY_COLUMNS
-from ncl.methods.declaration import declarations
 from ncl.methods.decl import DECL
+from ncl.methods.declaration import declarations
 from ncl.methods.rcl import RCL
 
 REPO = Path(__file__).resolve().parents[2]
