@@ -2,8 +2,9 @@
 over the whole split (or DECL's uncertainty, ``--ranking uncertainty``), the ranked table
 (:mod:`ncl.evaluation.ranking` holds the pure parts).
 
-It works through two small protocols: the method gives each batch's score matrix
-(:class:`BatchScorer`, :class:`~ncl.methods.pretrained.Pretrained`), the DataModule serves the
+It works through two small protocols: the method gives each batch's score matrix and its
+default ranking (:class:`BatchScorer`: every method, :class:`~ncl.methods.scoring.BatchScoring`),
+the DataModule serves the
 chosen split (:class:`PredictData`, :class:`~ncl.data.datamodule.PrecompDataModule`).
 """
 
@@ -19,7 +20,13 @@ from torch import Tensor
 
 from ncl.data.datasets import PairDataset
 from ncl.errors import ConfigError
-from ncl.evaluation.ranked_output import check_options, report, report_uncertainty, write_outputs
+from ncl.evaluation.ranked_output import (
+    check_options,
+    check_ranking,
+    report,
+    report_uncertainty,
+    write_outputs,
+)
 from ncl.evaluation.ranking import (
     DEFAULT_MARGIN,
     PairScores,
@@ -36,7 +43,11 @@ from ncl.evaluation.ranking import (
 @runtime_checkable
 class BatchScorer(Protocol):
     """A method whose ``predict_step`` returns ``{"index": (B,) int64, "scores": (B, B)}``:
-    the batch's averaged score matrix, images x captions, pair ``i`` on the diagonal."""
+    the batch's averaged score matrix, images x captions, pair ``i`` on the diagonal; every
+    method has one (:class:`~ncl.methods.scoring.BatchScoring`). ``ranking`` is the ranking
+    it divides with, the default of ``--ranking``."""
+
+    ranking: str
 
     def batch_scores(self, batch: dict[str, Tensor]) -> Tensor: ...
 
@@ -89,10 +100,11 @@ class RankedPairsWriter(BasePredictionWriter):
         batch_size: pairs per scoring batch (the in-batch negatives of the mean hinge);
             default ``data.batch_size``, the co-divide's.
         margin: margin of the mean hinge (NCR's 0.2).
-        ranking: ``gmm`` (default): the GMM clean probability of the mean hinge, ascending.
+        ranking: ``None`` (default): the method's own (:attr:`BatchScorer.ranking`: ``gmm``
+            for most, ``uncertainty`` for DECL). ``gmm``: the GMM clean probability of the mean hinge, ascending.
             ``uncertainty``: DECL's Dirichlet uncertainty of the batch's evidence, descending
             (ties by caption index), with DECL's argmax prediction; needs DECL evidence
-            (``model.combine`` resolving to ``evidence``: DECL checkpoints, or
+            (a DECL run, or ``model.combine`` resolving to ``evidence``: DECL checkpoints, or
             ``--model.combine evidence``). ``K`` is the scoring batch's size
             (``batch_size``).
     """
@@ -101,7 +113,7 @@ class RankedPairsWriter(BasePredictionWriter):
     OPTIONS = ("out", "split", "batch_size", "margin", "ranking")
 
     def __init__(self, out: str | None = None, split: str = "train", batch_size: int | None = None,
-                 margin: float = DEFAULT_MARGIN, ranking: str = "gmm") -> None:
+                 margin: float = DEFAULT_MARGIN, ranking: str | None = None) -> None:
         super().__init__(write_interval="batch")
         self.out = check_options(out, split, batch_size, ranking)
         self.split, self.batch_size, self.margin, self.ranking = split, batch_size, margin, ranking
@@ -116,6 +128,8 @@ class RankedPairsWriter(BasePredictionWriter):
         if stage != "predict":
             return
         data = _check_run(trainer, pl_module)
+        if self.ranking is None:  # the method's own
+            self.ranking = check_ranking(pl_module.ranking, f"{_name(pl_module)}.ranking")  # type: ignore[union-attr]
         if self.ranking == "uncertainty":
             check_evidence(pl_module)
             pl_module.predict_evidence = True  # type: ignore[union-attr]
@@ -186,14 +200,17 @@ def _check_run(trainer: L.Trainer, pl_module: L.LightningModule) -> PredictData:
 
 
 
+def _name(pl_module: Any) -> str:
+    return f"{type(pl_module).__module__}.{type(pl_module).__name__}"
+
+
 def check_scorer(pl_module: L.LightningModule) -> None:
-    """Raise ConfigError unless ``pl_module`` predicts batch matrices (:class:`BatchScorer`).
-    The application calls it before ``Trainer.predict``, whose own check would otherwise
-    stop a training method with "requires `forward` method" first."""
+    """Raise ConfigError unless ``pl_module`` predicts batch matrices (:class:`BatchScorer`:
+    every ncl method; a foreign LightningModule may not). The application calls it before
+    ``Trainer.predict``, whose own check would otherwise ask for a ``forward`` first."""
     if not isinstance(pl_module, BatchScorer):
-        raise ConfigError(f"ncl predict needs model ncl.methods.pretrained.Pretrained with "
-                          f"model.checkpoints (e.g. --config configs/eval_sgraf_f30k.yaml), got "
-                          f"{type(pl_module).__module__}.{type(pl_module).__name__}")
+        raise ConfigError(f"ncl predict needs a method that scores batches (an ncl method, "
+                          f"ncl.methods.base.RetrievalMethod), got {_name(pl_module)}")
 
 
 def check_evidence(pl_module: L.LightningModule) -> None:
@@ -202,9 +219,12 @@ def check_evidence(pl_module: L.LightningModule) -> None:
     needs: DECL's uncertainty is defined on evidence, not on sigmoid scores."""
     if not isinstance(pl_module, EvidenceScorer):
         raise ConfigError(f"--ranking uncertainty needs a model that gives DECL evidence "
-                          f"(ncl.methods.pretrained.Pretrained), got "
-                          f"{type(pl_module).__module__}.{type(pl_module).__name__}")
+                          f"(a DECL run, or ncl.methods.pretrained.Pretrained), got {_name(pl_module)}")
     if pl_module.rule != "evidence":
+        if "combine" not in pl_module.hparams:  # a trained method: DECL alone gives evidence
+            raise ConfigError(f"--ranking uncertainty needs DECL evidence, but "
+                              f"{_name(pl_module)} gives sigmoid scores (only DECL's are "
+                              f"evidence); use --ranking gmm")
         combine = pl_module.hparams.get("combine", "auto")
         raise ConfigError(f"--ranking uncertainty needs DECL evidence, but model.combine "
                           f"{combine} resolved to {pl_module.rule!r} (not every checkpoint is a "

@@ -4,7 +4,9 @@ parsing: :mod:`ncl.cli.parser`; checkpoint options: :mod:`ncl.cli.checkpoint_opt
 :mod:`ncl.cli` is the console entry point that runs it.
 
 ``ncl fit | validate | test | predict --config FILE [--config FILE ...] [--key value ...]``;
-``ncl predict ... --out FILE`` ranks a split's pairs by how likely they are mismatched: its own
+``ncl predict --config <fit config> --ckpt_path best|last|FILE [--out FILE]`` (or an ``eval_*``
+config with ``--out``) ranks a split's pairs by how likely they are mismatched, without ``--out``
+into the run's ``predictions/<split>.csv``: its own
 options are those of :class:`~ncl.callbacks.prediction_writer.RankedPairsWriter`, added to the
 ``predict`` parser (:mod:`ncl.evaluation.ranking`).
 Methods (``model``) and DataModules (``data``) are chosen by ``class_path`` in YAML; the
@@ -47,16 +49,28 @@ from ncl.cli.checkpoint_options import (
     warn_replaced_model_options,
 )
 from ncl.cli.input_checks import precision_note
-from ncl.cli.parser import NclArgumentParser, _as_list, _get, prediction_writer  # noqa: F401
+from ncl.cli.parser import (  # noqa: F401
+    NclArgumentParser,
+    _as_list,
+    _get,
+    check_prediction_options,
+    prediction_writer,
+)
 from ncl.compose import TRAINER_DEFAULTS, expand_configs
 from ncl.errors import NclWarning
-from ncl.runs.checkpoints import AtomicCheckpointIO, check_backbone, check_weights_fit
+from ncl.runs.checkpoints import (
+    AtomicCheckpointIO,
+    check_backbone,
+    check_weights_fit,
+    warn_other_noise,
+)
 from ncl.runs.folders import (
     CHECKPOINTS,
     WANDB_LOGGERS,
     default_logger,
     first_logger,
     point_logger_at,
+    predictions_path,
     read_checkpoint,
     resolve_checkpoint,
     run_dir_of,
@@ -141,9 +155,12 @@ class NclCLI(LightningCLI):
                 ckpt = read_checkpoint(path)
                 self._resume = (path, int(ckpt.get("epoch", 0))) if subcommand == "fit" else None
                 self._check_run_record(subcommand, path, ckpt)
+                if subcommand == "predict" and cfg.get("out") is None:
+                    cfg.out = str(predictions_path(path, cfg.split).absolute())
+                    check_prediction_options(cfg)
             elif subcommand == "fit" and cfg.get("fresh_if_missing"):
                 self._leftover = leftover_start(runs_root(cfg.trainer), self._options(subcommand))
-        if cfg is not None and subcommand in ("test", "validate"):
+        if cfg is not None and subcommand in ("test", "validate", "predict"):
             check_trained_weights(cfg, subcommand)
         if self._resume_record is not None and self._resume_record.override:
             return  # the resumed run's options are the user's: the stored ones must not win
@@ -167,6 +184,8 @@ class NclCLI(LightningCLI):
         options = self._options(subcommand)
         if subcommand != "fit":
             check_backbone(path, options)
+            if subcommand == "predict":
+                warn_other_noise(path, options)
             return
         override = bool(self.config[subcommand].get("override_run"))
         changes = check_resume(run_dir_of(path), path, ckpt, options, override)
@@ -199,6 +218,10 @@ class NclCLI(LightningCLI):
             # `ncl test` of the same config left in the same folder.
             self.save_config_callback = None
         trainer_cfg = (self.config[self.subcommand] if self.subcommand else self.config).trainer
+        if self.subcommand == "predict" and self.config["predict"].get("ckpt_path"):
+            # A fit config's logger would start a new, empty run folder beside the trained
+            # one (and a W&B run) for a command that writes one table into the trained run.
+            trainer_cfg.logger = False
         if first_logger(trainer_cfg) in (None, True):
             set_logger(trainer_cfg, default_logger(trainer_cfg))
         label_wandb_run(self.config[self.subcommand] if self.subcommand else self.config)
@@ -218,7 +241,7 @@ class NclCLI(LightningCLI):
             warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 
     def before_predict(self) -> None:
-        """``ncl predict``: one clear error for a model that cannot rank pairs (a training
+        """``ncl predict``: one clear error for a model that cannot rank pairs (not an ncl
         method), before Lightning's own check asks it for a ``forward``."""
         check_scorer(self.model)
 

@@ -32,7 +32,7 @@ def _extra_kwargs(cfg: Any) -> dict[str, Any]:
 
 
 def check_trained_weights(cfg: Any, subcommand: str) -> None:
-    """``ncl test``/``validate`` score trained weights: a ``--ckpt_path``, or a model that
+    """``ncl test``/``validate``/``predict`` score trained weights: a ``--ckpt_path``, or a model that
     names its checkpoints (``model.checkpoints``: the ``eval_*`` configs); otherwise one
     ConfigError, unless ``--allow_untrained`` (the initial weights, to check the evaluation).
     Without this a forgotten ``--ckpt_path`` wrote an untrained model's scores as a result."""

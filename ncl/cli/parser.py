@@ -22,8 +22,13 @@ import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser
 
 from ncl.callbacks.prediction_writer import RankedPairsWriter
-from ncl.cli.input_checks import check_trains_something, short_usage, unknown_option_line
+from ncl.cli.input_checks import (
+    check_trains_something,
+    short_usage,
+    unknown_option_line,
+)
 from ncl.errors import ConfigError
+from ncl.evaluation.ranked_output import check_options
 from ncl.methods.base import RetrievalMethod
 
 
@@ -187,13 +192,27 @@ def prediction_writer(sub_cfg: Any) -> RankedPairsWriter:
 
 def check_prediction_options(sub_cfg: Any) -> None:
     """Raise ConfigError when ``ncl predict``'s options are wrong or ``--out``'s folder cannot
-    be written; run by the parser, before anything is seeded, built or loaded."""
+    be written; run by the parser, before anything is seeded, built or loaded.
+
+    Without ``--out`` the table goes into the checkpoint's run folder
+    (:func:`ncl.runs.folders.predictions_path`), known once ``--ckpt_path`` is resolved: the
+    application sets ``out`` then and calls this again. A training method without
+    ``--ckpt_path`` is left to :func:`ncl.cli.checkpoint_options.check_trained_weights`."""
+    if _get(sub_cfg, "out") is None and (_get(sub_cfg, "ckpt_path") or not _has_checkpoints(sub_cfg)):
+        check_options(None, _get(sub_cfg, "split"), _get(sub_cfg, "batch_size"),
+                      _get(sub_cfg, "ranking"), out_later=True)
+        return
     out = prediction_writer(sub_cfg).out  # the writer checks its own options
     folder = out.parent.absolute()
     reason = _unwritable(folder)
     if reason is not None:
         raise ConfigError(f"--out {out} cannot be written: {reason}")
     _OUTPUT_ROOTS.append(folder)  # a write that fails later (disk full) is one line too
+
+
+def _has_checkpoints(sub_cfg: Any) -> bool:
+    """Whether the model names its checkpoints (``model.checkpoints``: the ``eval_*`` configs)."""
+    return bool(_get(_get(_get(sub_cfg, "model"), "init_args"), "checkpoints"))
 
 
 def _output_error(err: BaseException) -> OSError | None:

@@ -39,26 +39,40 @@ def check_out(out: Path) -> None:
         raise ConfigError(f"--out {out} is a folder; give a file name")
 
 
+def check_ranking(ranking: str, option: str = "--ranking") -> str:
+    """``ranking``, or a ConfigError naming ``option`` when ncl cannot rank that way."""
+    if ranking not in RANKINGS:
+        raise ConfigError(f"{option} must be one of {', '.join(RANKINGS)}, got {ranking!r}")
+    return ranking
+
+
 def check_options(out: str | Path | None, split: str, batch_size: int | None,
-                  ranking: str = "gmm") -> Path:
+                  ranking: str | None = None, out_later: bool = False) -> Path | None:
     """The options of ``ncl predict``, checked before anything is loaded.
 
+    Args:
+        out_later: a missing ``out`` is allowed (``--ckpt_path``: the table goes into the
+            checkpoint's run folder, known once the path is resolved).
+
     Returns:
-        ``out`` as a Path.
+        ``out`` as a Path (``None`` when missing and ``out_later``).
 
     Raises:
-        ConfigError: no ``--out``, an unknown split or ranking, a batch of fewer than 2 pairs
-            (the mean hinge needs an in-batch negative), or an output name :func:`check_out`
-            refuses.
+        ConfigError: no ``--out`` (unless ``out_later``), an unknown split or ranking
+            (``None``: the method's own, checked when it is known), a batch of fewer than 2
+            pairs (the mean hinge needs an in-batch negative), or an output name
+            :func:`check_out` refuses.
     """
-    if out is None:
+    if out is None and not out_later:
         raise ConfigError("ncl predict needs --out FILE (.csv or .parquet)")
     if split not in SPLITS:
         raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
-    if ranking not in RANKINGS:
-        raise ConfigError(f"--ranking must be one of {', '.join(RANKINGS)}, got {ranking!r}")
+    if ranking is not None:
+        check_ranking(ranking)
     if batch_size is not None and batch_size < 2:
         raise ConfigError(f"--batch_size must be at least 2, got {batch_size}")
+    if out is None:
+        return None
     check_out(Path(out))
     return Path(out)
 

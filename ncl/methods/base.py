@@ -2,8 +2,9 @@
 evaluation steps feeding :class:`~ncl.evaluation.metric.RetrievalEvaluation`, model selection
 (:mod:`ncl.evaluation.selection`); seed and training state for exact resumes come from
 :class:`~ncl.methods.resumable.Resumable`; warm-up, learning-rate schedule, callbacks, manual
-clipping and training plans from :class:`~ncl.methods.skeleton.TrainingSkeleton`. A method adds
-the rest."""
+clipping and training plans from :class:`~ncl.methods.skeleton.TrainingSkeleton`; what ``ncl
+predict`` needs (batch scores, the method's ranking) from :class:`~ncl.methods.scoring.BatchScoring`.
+A method adds the rest."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from ncl.evaluation.nonfinite import EvalSite, check_finite_loss
 from ncl.evaluation.protocol import Protocol
 from ncl.evaluation.selection import check_selection_monitor
 from ncl.methods.resumable import Resumable
+from ncl.methods.scoring import BatchScoring
 from ncl.methods.skeleton import TrainingSkeleton
 from ncl.models.contracts import encode_images
 from ncl.training.distributed import average_gradients, broadcast_buffers_
@@ -39,7 +41,7 @@ def default_optimizer(params: Any) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=2e-4)
 
 
-class RetrievalMethod(Resumable, TrainingSkeleton, L.LightningModule):
+class RetrievalMethod(BatchScoring, Resumable, TrainingSkeleton, L.LightningModule):
     """Base LightningModule for image-text retrieval methods.
 
     Args:

@@ -147,6 +147,12 @@ class DECL(RetrievalMethod):
             "--model.eta=1.0", "--model.mu=3"))},
         page="decl.md", config_prefixes=("decl_",))
 
+    #: ``ncl predict`` ranks a DECL run by its own division: the Dirichlet uncertainty of the
+    #: batch's evidence (``--ranking gmm`` still ranks it by the GMM of the mean hinge).
+    ranking: ClassVar[str] = "uncertainty"
+    #: Its matrices are evidence, ``exp(tanh(z) / tau)`` (the test ensembles average them too).
+    rule = "evidence"
+
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = default_optimizer, lr_update: int = 20,
                  warmup_epochs: int = 5, margin: float = 0.2, tau: float = 0.1,
@@ -169,6 +175,10 @@ class DECL(RetrievalMethod):
         self.prediction_epoch = -1  # the epoch the table was made for
         self.steps = 0  # training steps taken (the official ``model.step``)
         self.main_steps = 0  # of them, after the warm-up
+
+    def evidence_taus(self) -> tuple[float, ...]:
+        """``ncl predict``'s evidence temperature: the one DECL trained with."""
+        return (float(self.hparams.tau),) * len(self.nets)
 
     def method_callbacks(self) -> list[L.Callback]:
         """The per-epoch prediction pass (its diagnostics: the base's ``diagnostics`` option)."""

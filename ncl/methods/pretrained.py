@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-import torch
 from torch import Tensor, nn
 
 from ncl.errors import ConfigError, NclWarning
@@ -40,7 +39,6 @@ from ncl.evaluation.nonfinite import (
 from ncl.evaluation.sharded import rank_sharded_similarity
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.models.loading import LoadedModel, load_checkpoint
-from ncl.models.contracts import forward_batch, forward_logits
 
 #: ``combine`` values: :data:`~ncl.evaluation.combine.Combine` plus ``"logits"``, the mean of
 #: the raw scores before the sigmoid (ReCon trains on them; its paper does not say which of
@@ -146,61 +144,21 @@ class Pretrained(RetrievalMethod):
         return logits if self.rule == "logits" else evidence(logits, self.taus[k])
 
     # ------------------------------------------------------------------ prediction
-    #: Set by ``ncl predict --ranking uncertainty`` (the writer's ``setup``, only under
-    #: ``rule == "evidence"``): :meth:`predict_step` then also returns the batch's evidence.
-    predict_evidence: bool = False
-
-    def batch_scores(self, batch: dict[str, Tensor]) -> Tensor:
-        """``(B, B)`` float64 score matrix (images x captions) of a collated batch: each
-        model's networks averaged, then the models with equal weight, as :meth:`similarities`
-        averages the test matrices under ``combine: score``. Always the sigmoid scores,
-        whatever :attr:`rule` is: the mean hinge ranked on them has its margin (0.2) on the
-        scores' [0, 1] scale, not on DECL's evidence (up to ``e^10``)."""
-        return self._model_mean([forward_batch(net, batch).double() for net in self.nets])
-
-    def batch_evidence(self, batch: dict[str, Tensor]) -> Tensor:
-        """``(B, B)`` float64 DECL evidence (images x captions) of a collated batch: network
-        ``k``'s ``exp(tanh(z_k) / tau_k)`` of its raw logits ``z_k`` (:func:`evidence`,
-        float64), averaged as :meth:`similarities` averages under ``combine: evidence``
-        (within a model, then the models with equal weight).
-
-        Raises:
-            ConfigError: :attr:`rule` is not ``"evidence"`` (the networks may have no logits).
-        """
-        return self._batch_matrices(batch, scores=False)[1]
-
-    def _batch_matrices(self, batch: dict[str, Tensor], scores: bool) -> tuple[Tensor | None, Tensor]:
-        """``(scores, evidence)``, each ``(B, B)`` float64 and averaged as in
-        :meth:`batch_scores` / :meth:`batch_evidence`, from one pass of the networks: the
-        scores are the sigmoid of the same logits (what SGRAF's ``forward`` computes, bit for
-        bit), ``None`` unless ``scores``."""
-        if self.rule != "evidence":
-            raise ConfigError(f"the batch evidence needs model.combine evidence (DECL), but "
-                              f"model.combine resolved to {self.rule!r}")
-        logits = [forward_logits(net, batch) for net in self.nets]
-        ev = self._model_mean([evidence(z, tau) for z, tau in zip(logits, self.taus)])
-        if not scores:
-            return None, ev
-        return self._model_mean([torch.sigmoid(z).double() for z in logits]), ev
+    # ``predict_step``, ``batch_scores`` and ``batch_evidence`` are the base class's
+    # (:class:`~ncl.methods.scoring.BatchScoring`); what differs is the mean (the models with
+    # equal weight) and each network's temperature, from its checkpoint.
+    def evidence_taus(self) -> tuple[float, ...]:
+        """Each network's evidence temperature (:attr:`taus`)."""
+        return self.taus
 
     def _model_mean(self, matrices: list[Tensor]) -> Tensor:
-        """One matrix per network -> the float64 mean within each model, then over models."""
+        """One matrix per network -> the float64 mean within each model, then over models, as
+        :meth:`similarities` averages the test matrices."""
         groups, start = [], 0
         for size in self.model_sizes:
             groups.append(matrices[start:start + size])
             start += size
         return hierarchical_mean(groups)[1]
-
-    def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
-        """``ncl predict``'s step: ``{"index": (B,) int64 caption indices, "scores": (B, B)
-        float64}`` (:meth:`batch_scores`), plus ``"evidence": (B, B) float64``
-        (:meth:`batch_evidence`) when :attr:`predict_evidence` is set (both then from one
-        pass of the networks); the per-pair values and the ranking are
-        :class:`~ncl.callbacks.prediction_writer.RankedPairsWriter`'s."""
-        if not self.predict_evidence:
-            return {"index": batch["index"], "scores": self.batch_scores(batch)}
-        scores, ev = self._batch_matrices(batch, scores=True)
-        return {"index": batch["index"], "scores": scores, "evidence": ev}
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         raise ConfigError("ncl.methods.pretrained.Pretrained only evaluates: use `ncl test`, "

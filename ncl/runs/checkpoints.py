@@ -16,6 +16,7 @@ error line naming the option or the weight and both values, before Lightning loa
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch.nn.parameter import is_lazy
 
-from ncl.errors import ConfigError
+from ncl.errors import ConfigError, NclWarning
 from ncl.io import atomic_write
 from ncl.runs.folders import read_checkpoint, run_dir_of
 from ncl.runs.record import FREE, describe, differences, run_options
@@ -69,6 +70,24 @@ def check_backbone(ckpt_path: Path, options: dict[str, Any]) -> None:
         raise ConfigError(f"--ckpt_path {ckpt_path} was trained with other backbone options than "
                           f"this config's: {describe(diffs).replace('(now)', '(this config)')}; "
                           f"evaluate it with its run's backbone options ({run_dir / 'config.yaml'})")
+
+
+#: The data options that make a split's noise: which pairs ``ncl predict`` ranks.
+NOISE = ("data.class_path", "data.init_args.noise_")
+
+
+def warn_other_noise(ckpt_path: Path, options: dict[str, Any]) -> None:
+    """``ncl predict --ckpt_path``: one warning naming each noise option of the config (the
+    DataModule, ``data.init_args.noise_*``) that differs from the run the checkpoint comes
+    from. The table ranks the config's pairs; with other noise they are not the pairs the run
+    trained on (allowed: ranking another draw is a question one may ask)."""
+    run_dir = run_dir_of(ckpt_path)
+    run = run_options(run_dir)
+    diffs = differences(run, options, NOISE) if run is not None else []
+    if diffs:
+        warnings.warn(f"--ckpt_path {ckpt_path} was trained on other noise than this config's: "
+                      f"{describe(diffs).replace('(now)', '(this config)')}; the table ranks this "
+                      f"config's pairs (the run's: {run_dir / 'config.yaml'})", NclWarning, stacklevel=2)
 
 
 def _more(names: list[str]) -> str:

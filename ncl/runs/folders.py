@@ -52,6 +52,16 @@ def run_dir_of(checkpoint: Path) -> Path:
     return folder.parent if folder.name == CHECKPOINTS else folder
 
 
+#: ``ncl predict``'s tables in a run folder, ``predictions/<split>.csv``, when no ``--out``.
+PREDICTIONS = "predictions"
+
+
+def predictions_path(checkpoint: Path, split: str) -> Path:
+    """Where ``ncl predict --ckpt_path`` without ``--out`` writes: ``<run>/predictions/<split>.csv``
+    in the checkpoint's run folder (:func:`run_dir_of`)."""
+    return run_dir_of(checkpoint) / PREDICTIONS / f"{split}.csv"
+
+
 def _get(node: Any, key: str, default: Any = None) -> Any:
     """``node[key]`` for dicts and jsonargparse Namespaces alike."""
     if node is None:

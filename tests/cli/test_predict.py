@@ -296,8 +296,10 @@ def test_unwritable_out_is_one_error(tmp_path: Path, synthetic_cache: Path, chec
     assert line.startswith(f"ncl: error: --out {blocker / 'suspicious.csv'} cannot be written")
 
 
-def test_a_training_method_is_refused(tmp_path: Path, synthetic_cache: Path,
-                                      capsys: pytest.CaptureFixture) -> None:
+def test_a_training_method_without_checkpoint_is_refused(tmp_path: Path, synthetic_cache: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    """A fit config ranks with trained weights only (``--ckpt_path``;
+    tests/cli/test_predict_fit_config.py): without one it would rank with untrained ones."""
     override = _write(tmp_path / "rcl.yaml", {
         "data": _data(synthetic_cache), "model": {"init_args": {"backbone": {"init_args": TINY}}},
         "trainer": {"accelerator": "cpu", "logger": False, "default_root_dir": str(tmp_path / "eval")}})
@@ -306,8 +308,9 @@ def test_a_training_method_is_refused(tmp_path: Path, synthetic_cache: Path,
         main(["predict", "--config", str(REPO / "configs" / "rcl_saf_f30k.yaml"),
               "--config", str(override), "--out", str(out)])
     line = _one_error_line(capsys, exit_info)
-    assert line.startswith("ncl: error: ncl predict needs model ncl.methods.pretrained.Pretrained")
-    assert line.endswith("got ncl.methods.rcl.RCL") and not out.exists()
+    assert line.startswith("ncl: error: ncl predict: no --ckpt_path, so this would score the "
+                           "model's untrained initial weights")
+    assert not out.exists()
 
 
 def test_help_lists_the_predict_options(capsys: pytest.CaptureFixture) -> None:
