@@ -378,9 +378,14 @@ def unknown_key_line(message: str, parser: Any) -> str | None:
         return None
     key = found.group(1)
     head = key.split(".", 1)[0]
-    groups = sorted({action.dest.split(".", 1)[0] for action in getattr(parser, "_actions", [])})
-    nearest = _nearest(head, groups)
+    dests = [action.dest for action in getattr(parser, "_actions", [])
+             if not action.dest.endswith("help")]
+    groups = sorted({dest.split(".", 1)[0] for dest in dests})
     line = f"unknown option {key} in a --config file"
+    if head in groups:  # a known group, an unknown option in it (trainer.max_epohcs)
+        nearest = _nearest(key, [dest for dest in dests if dest.startswith(f"{head}.")])
+        return f"{line}; did you mean {nearest}?" if nearest else f"{line} (see --help)"
+    nearest = _nearest(head, groups)
     if nearest is None:
-        return f"{line} (its top-level keys: {', '.join(g for g in groups if g != 'help')})"
+        return f"{line} (its top-level keys: {', '.join(groups)})"
     return f"{line}; did you mean {nearest}{key[len(head):]}?"
