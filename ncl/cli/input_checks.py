@@ -1,5 +1,7 @@
-"""Checks of a user's input that end in one line (issue 29): option typos, an empty fit,
-bf16 on a CPU without bf16 units, a short usage line.
+"""Checks of a user's input that end in one line (issues 29 and 41): option typos, unknown
+keys in config files, values of the wrong type or not among the choices, numbers out of their
+range (and a learning rate of 0, a warning), an empty fit, bf16 on a CPU without bf16 units, a
+short usage line.
 
 Pure functions the parser (:class:`ncl.cli.parser.NclArgumentParser`) calls. The notes about
 the data itself live with the data: a batch larger than the training set
