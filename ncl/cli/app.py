@@ -297,6 +297,7 @@ def building_error(err: BaseException, cfg: Any) -> str | None:
     named = [(key, value) for key, value in _leaves(cfg)
              if re.search(rf"\b{re.escape(key.rsplit('.', 1)[-1])}\b", message)
              and not isinstance(value, (dict, list))]
+    named.sort(key=lambda item: str(item[1]) not in message)  # its value quoted too: surely it
     option = f"{_plain(named[0][0])}={named[0][1]}: " if named else ""
     return f"{option}{message}"
 

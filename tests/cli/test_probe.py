@@ -17,6 +17,7 @@ import yaml
 
 import ncl.cli as cli
 import ncl.data.start_checks as start_checks
+from ncl.cli.app import building_error
 from ncl.data.batch_policy import batch_memory_error
 from ncl.models import SGRAF
 
@@ -218,3 +219,19 @@ def test_test_results_are_where_the_readme_says(tmp_path: Path, synthetic_cache:
                                   f"--trainer.logger={logger}", f"--trainer.default_root_dir={root}"])
     assert code == 0, err
     assert [p for p in root.rglob("test_results.json")] == [Path(where.format(root=root))]
+
+
+def test_only_library_errors_are_shortened() -> None:
+    """An error raised inside torch or Lightning while building is one line naming the option
+    its message names; one raised by ncl's own code (a bug) keeps its traceback (``None``)."""
+    cfg = {"data": {"init_args": {"batch_size": -4}}, "trainer": {"max_epochs": 3}}
+    try:
+        torch.utils.data.BatchSampler(range(3), batch_size=-4, drop_last=False)
+    except ValueError as err:
+        line = building_error(err, cfg)
+    assert line is not None and line.startswith("data.batch_size=-4: batch_size should be a "
+                                                "positive integer value")
+    try:
+        raise ValueError("batch_size is wrong")  # raised here: not a library's
+    except ValueError as err:
+        assert building_error(err, cfg) is None
