@@ -224,7 +224,7 @@ class NclCLI(LightningCLI):
         line naming the option where it can be told (:func:`building_error`)."""
         try:
             super().instantiate_classes()
-        except Exception as err:  # noqa: BLE001 - only errors of those libraries are rewritten
+        except Exception as err:  # only errors of those libraries are rewritten
             line = building_error(err, self.config[self.subcommand] if self.subcommand else self.config)
             if line is None:
                 raise

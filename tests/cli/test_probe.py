@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from cli_helpers import tiny
 
 import ncl.cli as cli
 import ncl.data.start_checks as start_checks
 from ncl.cli.app import building_error
 from ncl.data.batch_policy import batch_memory_error
 from ncl.models import SGRAF
-
-from cli_helpers import tiny
 
 REPO = Path(__file__).resolve().parents[2]
 #: Keeps the runs that train short: one epoch of two batches.
@@ -107,8 +106,8 @@ CASES = [
     ("unknown top-level key with options", "fit", ["file:m.yaml=modle:\n  init_args: {tau: 1}\n"], 2,
      f"{ERROR}unknown option modle.init_args.tau in a --config file; did you mean model.init_args.tau?"),
     ("unknown key under data", "fit", ["file:u.yaml=data:\n  init_args:\n    batch_sizee: 3\n"], 2,
-     f"{ERROR}unknown option data.init_args.batch_sizee in a --config file: SyntheticDataModule "
-     f"has no option 'batch_sizee'; did you mean data.init_args.batch_size?"),
+     (f"{ERROR}unknown option data.init_args.batch_sizee in a --config file: SyntheticDataModule "
+      f"has no option 'batch_sizee'; did you mean data.init_args.batch_size?")),
     ("unknown key under trainer", "fit", ["file:t.yaml=trainer:\n  max_epohcs: 3\n"], 2,
      f"{ERROR}unknown option trainer.max_epohcs in a --config file; did you mean trainer.max_epochs?"),
     ("empty config file", "fit", ["file:empty.yaml="], 2,
