@@ -43,7 +43,8 @@ def _read(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as err:
         raise ConfigError(yaml_error_line(path, err)) from None
     if content is None:
-        return {}
+        raise ConfigError(f"config file {path} is empty (or holds only comments); give it "
+                          f"options, or leave the --config out")
     if not isinstance(content, dict):
         raise ConfigError(f"config file {path} must hold a mapping of options, not a "
                           f"{type(content).__name__}")
@@ -108,6 +109,8 @@ def expand_configs(args: Sequence[str]) -> list[str]:
             value, i = words[i + 1], i + 1
         elif word.startswith("--config="):
             flag, value = "--config", word.split("=", 1)[1]
+        if value is not None and Path(value).is_dir():
+            raise ConfigError(f"--config {value} is a folder; give a YAML config file")
         if value is None or not _is_file_path(value):
             out.append(word if value is None else f"{flag}={value}")
         else:

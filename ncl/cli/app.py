@@ -17,6 +17,7 @@ to repeat it.
 
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -57,7 +58,7 @@ from ncl.cli.parser import (  # noqa: F401
     prediction_writer,
 )
 from ncl.compose import TRAINER_DEFAULTS, expand_configs
-from ncl.errors import NclWarning
+from ncl.errors import ConfigError, NclWarning
 from ncl.runs.checkpoints import (
     AtomicCheckpointIO,
     check_backbone,
@@ -240,6 +241,18 @@ class NclCLI(LightningCLI):
             # Expected when resuming into the run's own folder; not worth a warning.
             warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 
+    def instantiate_classes(self) -> None:
+        """Build model, data and trainer; an error Lightning, torch or jsonargparse raise
+        while building (a bad option value that no earlier check knew) is one ConfigError
+        line naming the option where it can be told (:func:`building_error`)."""
+        try:
+            super().instantiate_classes()
+        except Exception as err:  # only errors of those libraries are rewritten
+            line = building_error(err, self.config[self.subcommand] if self.subcommand else self.config)
+            if line is None:
+                raise
+            raise ConfigError(line) from err
+
     def before_predict(self) -> None:
         """``ncl predict``: one clear error for a model that cannot rank pairs (not an ncl
         method), before Lightning's own check asks it for a ``forward``."""
@@ -277,6 +290,39 @@ class NclCLI(LightningCLI):
                 callback.dirpath = str(run_dir.resolve() / CHECKPOINTS)
         return trainer
 
+
+
+#: Packages whose errors while building are about the user's values, not bugs of ncl.
+_LIBRARIES = ("lightning", "torch", "jsonargparse", "torchmetrics")
+
+
+def building_error(err: BaseException, cfg: Any) -> str | None:
+    """One line for an error raised inside Lightning, torch or jsonargparse while the classes
+    are built, naming the option whose name the message mentions; ``None`` for an error of
+    ncl's own code (a bug keeps its traceback) or a user error ncl already words."""
+    from ncl.cli.input_checks import _leaves, _plain
+    from ncl.errors import NclUserError
+
+    chain, seen = [], err
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        if isinstance(seen, NclUserError):
+            return None
+        seen = seen.__cause__ or seen.__context__
+    inner = chain[-1]
+    tb = inner.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = Path(tb.tb_frame.f_code.co_filename).parts if tb is not None else ()
+    if not any(part in _LIBRARIES for part in where):
+        return None
+    message = " ".join(str(inner).split("\n", 1)[0].split()) or type(inner).__name__
+    named = [(key, value) for key, value in _leaves(cfg)
+             if re.search(rf"\b{re.escape(key.rsplit('.', 1)[-1])}\b", message)
+             and not isinstance(value, (dict, list))]
+    named.sort(key=lambda item: str(item[1]) not in message)  # its value quoted too: surely it
+    option = f"{_plain(named[0][0])}={named[0][1]}: " if named else ""
+    return f"{option}{message}"
 
 
 def warn_slow_precision(trainer: L.Trainer) -> None:

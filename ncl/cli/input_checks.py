@@ -1,5 +1,7 @@
-"""Checks of a user's input that end in one line (issue 29): option typos, an empty fit,
-bf16 on a CPU without bf16 units, a short usage line.
+"""Checks of a user's input that end in one line (issues 29 and 41): option typos, unknown
+keys in config files, values of the wrong type or not among the choices, numbers out of their
+range (and a learning rate of 0, a warning), an empty fit, bf16 on a CPU without bf16 units, a
+short usage line.
 
 Pure functions the parser (:class:`ncl.cli.parser.NclArgumentParser`) calls. The notes about
 the data itself live with the data: a batch larger than the training set
@@ -205,3 +207,187 @@ def precision_note(precision: str | None, device_type: str, native_bf16: bool) -
             f"(no AVX512-BF16/AMX): torch emulates bf16 matrix products there (an SGRAF "
             f"training step measured 8-14x slower than in float32, "
             f"docs/benchmarks/precision.md); results are correct, but use 32-true for speed")
+
+
+# ---------------------------------------------------------------- numbers out of range
+#: Lightning Trainer options that are numbers, with their lowest allowed value and why
+#: (Lightning checks some of them only while building, with a traceback; others never:
+#: ``limit_train_batches -5`` trained nothing without a word).
+TRAINER_BOUNDS: dict[str, tuple[float, bool, str]] = {
+    # option: (bound, strict, rule)
+    "max_epochs": (-1, False, "-1 (no limit) or more"),
+    "max_steps": (-1, False, "-1 (no limit) or more"),
+    "min_epochs": (0, False, "0 or more"),
+    "min_steps": (0, False, "0 or more"),
+    "limit_train_batches": (0, False, "0 or more (a fraction up to 1.0, or a number of batches)"),
+    "limit_val_batches": (0, False, "0 or more (a fraction up to 1.0, or a number of batches)"),
+    "limit_test_batches": (0, False, "0 or more (a fraction up to 1.0, or a number of batches)"),
+    "limit_predict_batches": (0, False, "0 or more (a fraction up to 1.0, or a number of batches)"),
+    "overfit_batches": (0, False, "0 or more"),
+    "val_check_interval": (0, True, "more than 0"),
+    "check_val_every_n_epoch": (0, True, "1 or more"),
+    "num_sanity_val_steps": (-1, False, "-1 (all) or more"),
+    "log_every_n_steps": (0, False, "0 or more"),
+    "accumulate_grad_batches": (0, True, "1 or more"),
+    "gradient_clip_val": (0, False, "0 or more"),
+    "num_nodes": (0, True, "1 or more"),
+    "reload_dataloaders_every_n_epochs": (0, False, "0 or more"),
+}
+
+#: ncl's own options (of a method, a backbone, an optimizer, a DataModule, ``ncl predict``),
+#: recognised by their name wherever they are in the config.
+NAME_BOUNDS: dict[str, tuple[float, bool, str]] = {
+    "batch_size": (0, True, "a positive integer (1 or more)"),
+    "num_workers": (0, False, "0 (load in the main process) or more"),
+    "lr": (0, False, "0 or more"),
+    "weight_decay": (0, False, "0 or more"),
+    "embed_size": (0, True, "a positive integer (1 or more)"),
+    "num_regions": (0, True, "a positive integer (1 or more)"),
+    "warmup_epochs": (0, False, "0 or more"),
+}
+#: Name endings with the same meaning: sizes and dimensions are at least 1.
+SUFFIX_BOUNDS: dict[str, tuple[float, bool, str]] = {
+    "_batch_size": NAME_BOUNDS["batch_size"],
+    "_dim": (0, True, "a positive integer (1 or more)"),
+    "_shard_size": (0, True, "a positive integer (1 or more)"),
+    "chunk_size": (0, True, "a positive integer (1 or more)"),
+}
+
+
+def _bound_of(section: str, name: str) -> tuple[float, bool, str] | None:
+    if section == "trainer":
+        return TRAINER_BOUNDS.get(name)
+    if name in NAME_BOUNDS:
+        return NAME_BOUNDS[name]
+    return next((bound for end, bound in SUFFIX_BOUNDS.items() if name.endswith(end)), None)
+
+
+def _leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """``(dotted key, value)`` of every leaf of a config (Namespaces and dicts; not lists)."""
+    items = vars(node).items() if hasattr(node, "__dict__") and not isinstance(node, type) else (
+        node.items() if isinstance(node, dict) else ())
+    found: list[tuple[str, Any]] = []
+    for key, value in items:
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) or type(value).__name__ == "Namespace":
+            found.extend(_leaves(value, path))
+        else:
+            found.append((path, value))
+    return found
+
+
+def check_numbers(sub_cfg: Any) -> list[str]:
+    """Refuse a number outside its range with one ConfigError naming the option, the value
+    and the rule, before anything is built (Lightning and torch would raise a traceback while
+    building, or silently train nothing); return the warnings for allowed but useless values
+    (a learning rate of 0 trains nothing).
+
+    Covers the trainer options of :data:`TRAINER_BOUNDS` under ``trainer`` and ncl's options
+    of :data:`NAME_BOUNDS` / :data:`SUFFIX_BOUNDS` anywhere else (``model``, ``data``, an
+    optimizer's ``init_args``, ``ncl predict``'s ``--batch_size``).
+    """
+    notes: list[str] = []
+    for key, value in _leaves(sub_cfg):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        parts = key.split(".")
+        bound = _bound_of(parts[0] if len(parts) > 1 else "", parts[-1])
+        if bound is None or (parts[0] == "trainer" and len(parts) != 2):
+            continue
+        low, strict, rule = bound
+        if value < low or (strict and value == low):
+            raise ConfigError(f"{_plain(key)} is {value}, but it must be {rule}")
+        if parts[-1] == "lr" and value == 0:
+            notes.append(f"{_plain(key)} is 0: the optimizer will not change the weights, so "
+                         f"training learns nothing")
+    return notes
+
+
+# ---------------------------------------------------------------- wrong types and choices
+_TYPE_NAMES = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
+               "pathlib.Path": "a path"}
+
+
+def _allowed(text: str) -> str:
+    """What jsonargparse's message says the option accepts: the choices of its ``Literal``
+    types, else its types in words (``NoneType`` left out: null is never the fix)."""
+    choices: list[str] = []
+    for found in re.finditer(r"Literal\[([^\]]*)\]", text):
+        for item in found.group(1).split(","):
+            item = item.strip().strip("'\"")
+            if item and item not in choices:
+                choices.append(item)
+    if choices:
+        return "one of " + ", ".join(choices)
+    types = []
+    for found in re.finditer(r"Expected a <class '([\w.]+)'>", text):
+        name = _TYPE_NAMES.get(found.group(1), found.group(1))
+        if found.group(1) != "NoneType" and name not in types:
+            types.append(name)
+    return " or ".join(types) if types else ""
+
+
+def _class_names(group: str) -> list[str]:
+    """The class names ``--model``/``--data`` accept by name (:func:`ncl.cli.parser.catalogue`)."""
+    import lightning as L
+
+    from ncl.cli.parser import _shipped
+    from ncl.methods.base import RetrievalMethod
+
+    base, package = ((RetrievalMethod, "ncl.methods") if group == "model"
+                     else (L.LightningDataModule, "ncl.data"))
+    return [cls.__name__ for cls in _shipped(base, package)]
+
+
+def value_error_line(message: str) -> str | None:
+    """One line for jsonargparse's (10+ line) error about a value of the wrong type, a choice
+    that is not offered or a class that does not exist: the option, the value, what is
+    allowed. ``None`` when ``message`` is not such an error."""
+    outer = re.match(r'Parser key "([\w.]+)":', message)
+    if outer is None:
+        return None
+    key = outer.group(1)
+    inner = re.search(r'Parser key "([\w.]+)":\s*\n\s*(Expected .*?)\. Got value: (.*)', message)
+    nested = re.search(r"NestedArg\(key='([^']+)', val='([^']*)'\)", message)
+    given = re.search(r"Given value: (.*)\s*$", message)
+    if inner is not None:  # a class's own option (data.batch_size in a config file)
+        key, value, text = f"{key}.{inner.group(1)}", inner.group(3).strip(), inner.group(2)
+    elif nested is not None:
+        key, value, text = f"{key}.{nested.group(1)}", nested.group(2), message
+    elif given is not None:
+        value, text = given.group(1).strip(), message
+    else:
+        return None
+    if "Expected a dot import path string" in message and key in ("model", "data"):
+        names = _class_names(key)
+        nearest = _nearest(value, names)
+        hint = f"; did you mean {nearest}?" if nearest else ""
+        return (f"--{key} {value}: no such class; ncl's are {', '.join(names)} (or a full "
+                f"class_path){hint}")
+    allowed = _allowed(text)
+    if not allowed:
+        return None
+    return f"{key} {value!r} is not valid: it must be {allowed}"
+
+
+def unknown_key_line(message: str, parser: Any) -> str | None:
+    """One line for an unknown top-level key in a ``--config`` file (``modle:``), naming the
+    closest valid one; jsonargparse says ``Subcommand 'fit' does not accept option 'modle'``
+    or ``Unexpected config: modle:`` on several lines."""
+    found = (re.search(r"does not accept option '([\w.]+)'", message)
+             or re.search(r"Unexpected config: (\w+)", message))
+    if found is None:
+        return None
+    key = found.group(1)
+    head = key.split(".", 1)[0]
+    dests = [action.dest for action in getattr(parser, "_actions", [])
+             if not action.dest.endswith("help")]
+    groups = sorted({dest.split(".", 1)[0] for dest in dests})
+    line = f"unknown option {key} in a --config file"
+    if head in groups:  # a known group, an unknown option in it (trainer.max_epohcs)
+        nearest = _nearest(key, [dest for dest in dests if dest.startswith(f"{head}.")])
+        return f"{line}; did you mean {nearest}?" if nearest else f"{line} (see --help)"
+    nearest = _nearest(head, groups)
+    if nearest is None:
+        return f"{line} (its top-level keys: {', '.join(groups)})"
+    return f"{line}; did you mean {nearest}{key[len(head):]}?"

@@ -14,6 +14,7 @@ import os
 import pkgutil
 import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -23,11 +24,14 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from ncl.callbacks.prediction_writer import RankedPairsWriter
 from ncl.cli.input_checks import (
+    check_numbers,
     check_trains_something,
     short_usage,
+    unknown_key_line,
     unknown_option_line,
+    value_error_line,
 )
-from ncl.errors import ConfigError
+from ncl.errors import ConfigError, NclWarning
 from ncl.evaluation.ranked_output import check_options
 from ncl.methods.base import RetrievalMethod
 
@@ -41,18 +45,22 @@ class NclArgumentParser(LightningArgumentParser):
     """
 
     def error(self, message: str, ex: Exception | None = None) -> Any:
-        """jsonargparse's error, except for an unknown option: one ConfigError (``ncl: error:
-        unknown option --model.tauu: RCL has no option 'tauu'; did you mean --model.tau?``)
-        instead of an 11-line dump of the union types it tried.
+        """One ConfigError line instead of jsonargparse's usage, tip and dump of the union
+        types it tried: an unknown option (``unknown option --model.tauu: RCL has no option
+        'tauu'; did you mean --model.tau?``), an unknown key in a config file, a value of the
+        wrong type or not among the choices (the option, the value, what is allowed), or any
+        other parse error on one line.
 
         Only a parser that exits on errors (``exit_on_error``: the command's own) rewrites:
         jsonargparse's inner parsers raise instead, and it catches those to try alternatives.
         """
         if self.exit_on_error:
             parser = getattr(ex, "subcommand_parser", None) or self
-            line = unknown_option_line(message, getattr(self, "args", None) or [], parser)
-            if line is not None:
-                raise ConfigError(line) from None
+            line = (unknown_option_line(message, getattr(self, "args", None) or [], parser)
+                    or unknown_key_line(message, parser) or value_error_line(message))
+            if line is None:  # any other parse error: still one line, not usage + tip + dump
+                line = " ".join(message.split())
+            raise ConfigError(line) from None
         return super().error(message, ex)
 
     def print_usage(self, file: TextIO | None = None) -> None:
@@ -101,6 +109,9 @@ class NclArgumentParser(LightningArgumentParser):
         cfg = super().parse_args(*args, **kwargs)
         subcommand = cfg.get("subcommand") if hasattr(cfg, "get") else None
         check_trains_something(cfg.get(subcommand) if subcommand else None, subcommand)
+        if subcommand and cfg.get(subcommand) is not None:
+            for note in check_numbers(cfg[subcommand]):
+                warnings.warn(note, NclWarning, stacklevel=2)
         if subcommand == "predict" and cfg.get(subcommand) is not None:
             check_prediction_options(cfg[subcommand])
         if subcommand and cfg.get(subcommand) is not None:

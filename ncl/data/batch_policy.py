@@ -87,3 +87,57 @@ def batch_size_note(batch_size: int, n_pairs: int, path: Path | None, world_size
     return (f"data.batch_size={batch_size} is not smaller than the training set ({n_pairs} "
             f"pairs{where}{share}): each epoch is one batch of all of them, one optimizer step "
             f"per epoch; the papers use 128")
+
+
+def pair_floats(net: Any) -> int:
+    """Floats a backbone keeps per (image, caption) pair of a batch for the backward pass, at
+    least: ``(R + 1) x sim_dim`` for SGR/SAF (a similarity vector per region and a global one,
+    :class:`~ncl.models.similarity.EncoderSimilarity`), 1 for a backbone that scores pairs by
+    a dot product (one entry of the ``B x B`` similarity matrix)."""
+    linear = getattr(getattr(net, "sim_enc", None), "sim_tranloc_w", None)
+    sim_dim = getattr(linear, "out_features", None)
+    regions = getattr(net, "num_regions", None)
+    if isinstance(sim_dim, int) and isinstance(regions, int):
+        return (regions + 1) * sim_dim
+    return 1
+
+
+def available_bytes(device: Any) -> int | None:
+    """Free memory on ``device``: the GPU's free memory (CUDA), else the system's
+    ``MemAvailable`` (Linux); ``None`` when it cannot be read."""
+    if isinstance(device, torch.device) and device.type == "cuda":
+        try:
+            return int(torch.cuda.mem_get_info(device)[0])
+        except (RuntimeError, AssertionError):
+            return None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def batch_memory_error(batch_size: int, n_pairs: int, nets: Any, available: int | None,
+                       world_size: int = 1) -> str | None:
+    """The error for a batch whose pairwise similarities cannot fit in memory, else ``None``.
+
+    The bound: a batch of ``B`` pairs (``batch_size``, at most a process's training set: a
+    loader's batch never holds more) makes the backbone keep at least
+    ``B x B x`` :func:`pair_floats` float32 values; more than the free memory
+    (:func:`available_bytes`) is refused before the first batch is built. It is a lower
+    bound: a batch below it may still not fit, one above it never does (the quickstart with
+    ``batch_size 100000``, 5,000 pairs a batch, needed 42 GB and grew until it was killed).
+    """
+    if available is None:
+        return None
+    pairs = min(batch_size, -(-n_pairs // max(1, world_size)))
+    floats = max((pair_floats(net) for net in nets), default=1)
+    need = pairs * pairs * floats * 4
+    if need <= available:
+        return None
+    return (f"data.batch_size={batch_size} makes batches of {pairs} pairs, whose {pairs} x "
+            f"{pairs} similarities ({floats} float32 values a pair) need at least "
+            f"{need / 2**30:.1f} GiB, more than the {available / 2**30:.1f} GiB free; use a "
+            f"smaller batch (the papers use 128)")

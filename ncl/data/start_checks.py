@@ -16,7 +16,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ncl.data.batch_policy import batch_size_note, per_device_batch_note
+from ncl.data.batch_policy import (
+    available_bytes,
+    batch_memory_error,
+    batch_size_note,
+    per_device_batch_note,
+)
 from ncl.data.noise import Noise, ratio_mismatch
 from ncl.data.precomp import PrecompSplit
 from ncl.errors import ConfigError, NclWarning
@@ -64,7 +69,9 @@ class StartChecks:
 
     def _warn_one_batch(self) -> None:
         """Rank 0: warn when one batch holds the whole training set (a batch size meant for
-        another dataset, or a tiny experiment): :func:`ncl.data.batch_policy.batch_size_note`."""
+        another dataset, or a tiny experiment): :func:`ncl.data.batch_policy.batch_size_note`;
+        stop when its pairwise similarities cannot fit in free memory
+        (:func:`ncl.data.batch_policy.batch_memory_error`), before the first batch is built."""
         trainer = getattr(self, "trainer", None)
         if self.train_split is None or (trainer is not None and not trainer.is_global_zero):
             return
@@ -73,6 +80,13 @@ class StartChecks:
                                self.train_split.caption_path, world_size)
         if note:
             warnings.warn(note, NclWarning, stacklevel=2)
+        module = getattr(trainer, "lightning_module", None)
+        device = getattr(getattr(trainer, "strategy", None), "root_device", None)
+        error = batch_memory_error(self.batch_size, self.train_split.n_captions,
+                                   list(getattr(module, "nets", []) or []),
+                                   available_bytes(device), world_size)
+        if error:
+            raise ConfigError(error)
 
     def _check_mask_token(self) -> None:
         """Stop before training when the augmentation emits ``<mask>`` (id V) but a network's

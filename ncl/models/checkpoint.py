@@ -69,6 +69,10 @@ def read_official_checkpoint(path: str | Path) -> dict:
     except pickle.UnpicklingError as err:
         raise ValueError(f"path: {path} is not a checkpoint the restricted unpickler accepts "
                          f"(only tensors, containers and argparse.Namespace): {err}") from err
+    except Exception as err:  # a truncated or foreign file: torch raises many kinds
+        raise ValueError(f"path: {path} cannot be read ({type(err).__name__}: "
+                         f"{' '.join(str(err).split())[:200]}); it may be truncated or not a "
+                         f"checkpoint") from err
     if not isinstance(ckpt, dict):
         raise ValueError(f"path: {path} holds a {type(ckpt).__name__}, expected a dict")
     return ckpt
