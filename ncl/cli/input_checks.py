@@ -327,16 +327,30 @@ def _allowed(text: str) -> str:
     return " or ".join(types) if types else ""
 
 
+def subclasses(base: type) -> set[type]:
+    """Every subclass of ``base``, at any depth."""
+    found: set[type] = set()
+    for sub in base.__subclasses__():
+        found |= {sub} | subclasses(sub)
+    return found
+
+
+def shipped(base: type, package: str) -> list[type]:
+    """The public subclasses of ``base`` that ``package`` defines, by module then name."""
+    return sorted((c for c in subclasses(base)
+                   if c.__module__.startswith(f"{package}.") and not c.__name__.startswith("_")),
+                  key=lambda c: (c.__module__, c.__name__))
+
+
 def _class_names(group: str) -> list[str]:
     """The class names ``--model``/``--data`` accept by name (:func:`ncl.cli.parser.catalogue`)."""
     import lightning as L
 
-    from ncl.cli.parser import _shipped
     from ncl.methods.base import RetrievalMethod
 
     base, package = ((RetrievalMethod, "ncl.methods") if group == "model"
                      else (L.LightningDataModule, "ncl.data"))
-    return [cls.__name__ for cls in _shipped(base, package)]
+    return [cls.__name__ for cls in shipped(base, package)]
 
 
 def value_error_line(message: str) -> str | None:
@@ -351,7 +365,9 @@ def value_error_line(message: str) -> str | None:
     nested = re.search(r"NestedArg\(key='([^']+)', val='([^']*)'\)", message)
     given = re.search(r"Given value: (.*)\s*$", message)
     if inner is not None:  # a class's own option (data.batch_size in a config file)
-        key, value, text = f"{key}.{inner.group(1)}", inner.group(3).strip(), inner.group(2)
+        inner_key = inner.group(1)
+        key = inner_key if inner_key == key or inner_key.startswith(f"{key}.") else f"{key}.{inner_key}"
+        value, text = inner.group(3).strip(), inner.group(2)
     elif nested is not None:
         key, value, text = f"{key}.{nested.group(1)}", nested.group(2), message
     elif given is not None:

@@ -26,6 +26,7 @@ from ncl.callbacks.prediction_writer import RankedPairsWriter
 from ncl.cli.input_checks import (
     check_numbers,
     check_trains_something,
+    shipped,
     short_usage,
     unknown_key_line,
     unknown_option_line,
@@ -245,21 +246,6 @@ def _import_all(package: Any) -> None:
         importlib.import_module(info.name)
 
 
-def _subclasses(base: type) -> set[type]:
-    """Every subclass of ``base``, at any depth."""
-    found: set[type] = set()
-    for sub in base.__subclasses__():
-        found |= {sub} | _subclasses(sub)
-    return found
-
-
-def _shipped(base: type, package: str) -> list[type]:
-    """The public subclasses of ``base`` that ``package`` defines, by module then name."""
-    return sorted((c for c in _subclasses(base)
-                   if c.__module__.startswith(f"{package}.") and not c.__name__.startswith("_")),
-                  key=lambda c: (c.__module__, c.__name__))
-
-
 def catalogue() -> str:
     """The methods (``--model``) and DataModules (``--data``) ncl ships, for ``--help``: every
     public subclass of :class:`~ncl.methods.base.RetrievalMethod` in :mod:`ncl.methods` and of
@@ -282,7 +268,7 @@ def catalogue() -> str:
         return lines
 
     return "\n".join(["methods (--model: class_path, or the class name alone):",
-                      *entries(_shipped(RetrievalMethod, methods.__name__)), "",
-                      "DataModules (--data):", *entries(_shipped(L.LightningDataModule, data.__name__)),
+                      *entries(shipped(RetrievalMethod, methods.__name__)), "",
+                      "DataModules (--data):", *entries(shipped(L.LightningDataModule, data.__name__)),
                       "", "The configs in configs/ combine them; see README.md."])
 

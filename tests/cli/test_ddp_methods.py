@@ -1,17 +1,19 @@
-"""Two CPU processes (DDP on gloo) for the methods without per-sample state (Triplet,
-InfoNCE, RCL): both ranks end every epoch with identical weights, the run checkpoints, and
+"""Two CPU processes (DDP on gloo) for every declared tiny case whose method keeps no
+per-sample state (today Triplet, InfoNCE, RCL): both ranks end every epoch with identical weights, the run checkpoints, and
 its validation counts every image and caption once, equal to a single-process ``ncl validate``
 of the same checkpoint, although the split sizes are odd so the DistributedSampler pads each
-rank's shard (issue 13). NCR/LNC, CRCL and ReCon have the same checks, with their per-sample
-state, in tests/methods/test_{ncr,crcl,recon}_cli.py."""
+rank's shard. Methods with per-sample state have the same checks, with their state, in their
+own test files (tests/methods/test_{ncr,crcl,recon,decl,l2rm}_cli.py, test_gsc.py)."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
 
 from ncl.cli import main
+from ncl.methods.resumable import Resumable
 from tiny_runs import (
     DDP_TRAINER,
     METHODS,
@@ -23,7 +25,18 @@ from tiny_runs import (
     sync_check_args,
 )
 
-STATELESS = ("infonce_clean", "rcl", "triplet_warmup")
+
+def stateless(case: dict) -> bool:
+    """Whether a tiny case's method keeps no per-sample training state (it does not override
+    ``training_state``); a method with state has its own two-process test in its own test
+    file, which also compares that state across the ranks."""
+    module, _, name = case["class_path"].rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    return cls.training_state is Resumable.training_state
+
+
+#: The tiny cases (declared by the methods) whose method keeps no per-sample state.
+STATELESS = sorted(name for name, case in METHODS.items() if stateless(case))
 
 
 @pytest.mark.parametrize("name", STATELESS)

@@ -208,11 +208,13 @@ def test_batch_memory_bound_of_the_quickstart() -> None:
 ])
 def test_test_results_are_where_the_readme_says(tmp_path: Path, synthetic_cache: Path, capsys,
                                                 monkeypatch, logger: str, where: str) -> None:
-    """README (section on evaluating): the table is in ``trainer.default_root_dir`` without a
-    logger, in the logger's run folder with one."""
+    """The user guide (section on evaluating) and the README: the table is in
+    ``trainer.default_root_dir`` without a logger, in the logger's run folder with one."""
     monkeypatch.chdir(tmp_path)
-    readme = (REPO / "README.md").read_text()
-    assert "written in `trainer.default_root_dir` when the\nconfig has no logger" in readme
+    guide = (REPO / "docs" / "usage.md").read_text()
+    assert "written in `trainer.default_root_dir` when the\nconfig has no logger" in guide
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "with `trainer.logger: false`, as in the `eval_*` configs, into `default_root_dir`" in readme
     root = tmp_path / "out"
     code, err = run_main(capsys, ["test", *tiny(synthetic_cache), "--allow_untrained", "true",
                                   f"--trainer.logger={logger}", f"--trainer.default_root_dir={root}"])

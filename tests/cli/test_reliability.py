@@ -92,11 +92,13 @@ def test_ncl_warnings_are_one_console_line(capsys) -> None:
 
 
 # ---------------------------------------------------------------- 5. predict
-def test_predict_without_out_is_refused_before_anything_is_created(tmp_path: Path) -> None:
+def test_predict_without_a_checkpoint_is_refused_before_anything_is_created(tmp_path: Path) -> None:
     out = run_ncl("predict", "--config", QUICKSTART, cwd=tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == error_lines(out.stderr)  # one line, nothing else
-    assert "needs --out FILE" in out.stderr
+    # ncl predict on a fit config takes its model from a checkpoint (--out then defaults to the
+    # run folder): without --ckpt_path it is refused as ncl test is, before anything is built
+    assert "no --ckpt_path" in out.stderr and "--ckpt_path best" in out.stderr
     assert not list(tmp_path.iterdir())
 
 
