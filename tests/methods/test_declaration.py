@@ -29,12 +29,12 @@ def test_discovery_finds_every_method_class_once() -> None:
     assert found == sorted(set(found), key=found.index)  # no class twice
     assert {"ncl.methods.ncr.NCR", "ncl.methods.rcl.RCL", "ncl.methods.crcl.CRCL", "ncl.methods.recon.ReCon",
             "ncl.methods.decl.DECL", "ncl.methods.l2rm.L2RM", "ncl.methods.baselines.Triplet",
-            "ncl.methods.baselines.InfoNCE"} == set(found)
+            "ncl.methods.baselines.InfoNCE", "ncl.methods.gsc.GSC"} == set(found)
 
 
 def test_rows_keep_the_benchmark_order() -> None:
     assert list(rows()) == ["rcl", "triplet", "triplet_sum", "triplet_warmup", "infonce", "ncr", "lnc",
-                            "crcl", "recon", "recon_no_im", "decl", "l2rm", "clean", "clean_sum"]
+                            "crcl", "recon", "recon_no_im", "decl", "l2rm", "gsc", "clean", "clean_sum"]
 
 
 def test_a_name_declared_twice_fails() -> None:
