@@ -62,7 +62,8 @@ def structure_matrices(img_logits: Tensor, cap_logits: Tensor, targets: Tensor) 
     check_square(img_logits, "img_logits")
     check_square(cap_logits, "cap_logits")
     weights = targets.to(work_dtype(img_logits.dtype)).unsqueeze(0)  # (1, B)
-    return torch.sigmoid(img_logits.to(weights.dtype)) * weights, torch.sigmoid(cap_logits.to(weights.dtype)) * weights
+    return (torch.sigmoid(img_logits.to(weights.dtype)) * weights,
+            torch.sigmoid(cap_logits.to(weights.dtype)) * weights)
 
 
 def structure_scores(img_structure: Tensor, cap_structure: Tensor) -> Tensor:

@@ -37,7 +37,7 @@ from ncl.errors import ConfigError
 from ncl.losses.gsc import gsc_objective, info_nce
 from ncl.losses.triplet import triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
-from ncl.methods.declaration import MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
+from ncl.methods.declaration import TINY_RUN_ARGS, MethodSpec, RegressionCase, Row
 from ncl.methods.skeleton import check_ranges
 from ncl.metrics.noise_detection import detection_metrics
 from ncl.models.contracts import encode_images

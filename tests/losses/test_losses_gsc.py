@@ -60,7 +60,7 @@ def test_structure_matrices_scale_columns_and_score_rows() -> None:
     img = [[0.0, 1.0, -1.0], [2.0, 0.5, 0.0], [-0.5, 0.0, 1.5]]
     cap = [[1.0, 0.0, 0.0], [0.5, 1.0, -2.0], [0.0, 0.3, 0.2]]
     y = [1.0, 0.5, 0.0]
-    sig = lambda v: 1 / (1 + math.exp(-v))  # noqa: E731
+    sig = lambda v: 1 / (1 + math.exp(-v))
     a_want = [[sig(img[r][c]) * y[c] for c in range(3)] for r in range(3)]  # (B, B) * (B,): columns
     b_want = [[sig(cap[r][c]) * y[c] for c in range(3)] for r in range(3)]
     a, b = structure_matrices(torch.tensor(img, dtype=torch.float64), torch.tensor(cap, dtype=torch.float64),
@@ -85,7 +85,7 @@ def test_objective_weights_and_means() -> None:
     rows_l, _ = official_info_nce(S, 0.07)
     cols_l, _ = official_info_nce([list(c) for c in zip(*S)], 0.07)
     cl = sum((a + b) / 2 * w for a, b, w in zip(rows_l, cols_l, y)) / 3
-    sig = lambda v: 1 / (1 + math.exp(-v))  # noqa: E731
+    sig = lambda v: 1 / (1 + math.exp(-v))
     a = [[sig(float(img[r, c])) * y[c] for c in range(3)] for r in range(3)]
     b = [[sig(float(cap[r, c])) * y[c] for c in range(3)] for r in range(3)]
     topo = [[sum(a[r][k] * b[c][k] for k in range(3)) for c in range(3)] for r in range(3)]
