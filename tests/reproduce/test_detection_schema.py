@@ -64,8 +64,15 @@ DIVIDING = {**{name: METHODS[name] for name in ("ncr", "lnc", "decl", "l2rm")},
             "recon": {"class_path": "ncl.methods.recon.ReCon", "init_args": {"warmup_epochs": 1}}}
 
 
-def test_every_dividing_row_is_covered() -> None:
-    assert set(DIVIDERS) - {"recon_no_im"} == set(DIVIDING)  # recon_no_im: ReCon's class
+#: The kinds of detection logged under per-method keys before the schema existed; a method
+#: added since logs the schema only, so there is nothing older to compare it with (its own
+#: tests check its detection: tests/methods/test_gsc.py).
+LEGACY_KINDS = {"co-divide", "labels", "three-way", "prediction", "beta division"}
+
+
+def test_every_dividing_row_with_older_keys_is_covered() -> None:
+    legacy = {name for name, kind in DIVIDERS.items() if kind in LEGACY_KINDS}
+    assert legacy - {"recon_no_im"} == set(DIVIDING)  # recon_no_im: ReCon's class
 
 
 @pytest.mark.parametrize("name", sorted(DIVIDING))
