@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from ncl.cli import main
+from ncl.runs.record import flatten  # the run record flattens configs the same way
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT = Path(__file__).parent / "config_snapshot"
@@ -91,22 +92,6 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
         "mixture always had (the pomegranate fork's x_eps), so the run is the same",
 
 }
-
-
-def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"a.b[0].c": leaf}`` of a resolved config (lists of mappings indexed, other lists kept
-    whole)."""
-    if isinstance(node, dict):
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    if isinstance(node, list) and node and all(isinstance(item, dict) for item in node):
-        out = {}
-        for i, item in enumerate(node):
-            out.update(flatten(item, f"{prefix}[{i}]"))
-        return out
-    return {prefix: node}
 
 
 def resolved(config: Path) -> dict[str, Any]:
