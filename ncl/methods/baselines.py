@@ -108,13 +108,16 @@ class Triplet(_Baseline):
 
     spec: ClassVar[MethodSpec] = MethodSpec(
         rows=(Row("triplet", "{} (hardest triplet)", order=20, paper_config="baseline_triplet_{bb}_{ds}",
+                  small_backbones=("SGR", "SAF"),
                   overrides=("--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest")),
               Row("triplet_sum", "{} summed triplet", order=30, paper_config="baseline_triplet_sum_{bb}_{ds}",
+                  small_backbones=("SGR",),
                   overrides=("--model=ncl.methods.baselines.Triplet", "--model.negatives=sum")),
               # "SGR*": summed negatives for the first 5 epochs, hardest negatives afterwards;
               # select_warmup: its warm-up epochs were selectable when the grid was measured
               # (they count as warm-up for selection since issue 37).
               Row("triplet_warmup", "{}* (warm-up, then hardest)", order=40, warmup=True,
+                  small_backbones=("SGR", "SAF"),
                   paper_config="baseline_triplet_warmup_{bb}_{ds}",
                   overrides=("--model=ncl.methods.baselines.Triplet", "--model.negatives=hardest",
                              f"--model.warmup_epochs={BENCHMARK_WARMUP}", "--model.select_warmup=true")),
@@ -147,6 +150,7 @@ class InfoNCE(_Baseline):
 
     spec: ClassVar[MethodSpec] = MethodSpec(
         rows=(Row("infonce", "{} InfoNCE", order=50, paper_config="baseline_infonce_{bb}_{ds}",
+                  small_backbones=("SGR",),
                   overrides=("--model=ncl.methods.baselines.InfoNCE",)),),
         tiny={"infonce_clean": {"clean_only": True}},
         regression={"infonce": RegressionCase("baseline_infonce_sgr_f30k.yaml", TINY_RUN_ARGS),

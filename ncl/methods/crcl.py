@@ -96,6 +96,7 @@ class CRCL(RetrievalMethod):
         # augmentation; synthetic-small: one piece of 8, 3 frozen (why: docs/results.md,
         # "Multi-seed reproduction").
         rows=(Row("crcl", "CRCL-{}", order=80, paper_config="crcl_{bb}_{ds}", divides="labels",
+                  small_backbones=("SGR",),
                   detection_after="freeze_epochs",
                   overrides=("--model=ncl.methods.crcl.CRCL", "--model.pieces=[5, 5, 4]",
                              "--model.freeze_epochs=3", "--data.augment=ncl.data.augment.CaptionRegionAugment"),

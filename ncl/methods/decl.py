@@ -134,6 +134,7 @@ class DECL(RetrievalMethod):
         # falls to mu = 5 in the 440 steps after it (official eta). Not compared over 3 seeds
         # (docs/methods/decl.md, "Measured").
         rows=(Row("decl", "DECL-{}", order=110, warmup=True, paper_config="decl_{bb}_{ds}",
+                  small_backbones=("SGR",),
                   divides="prediction",
                   overrides=("--model=ncl.methods.decl.DECL", f"--model.warmup_epochs={BENCHMARK_WARMUP}",
                              "--model.tau=0.1", "--model.hardness_batch_size=64",

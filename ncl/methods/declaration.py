@@ -59,6 +59,9 @@ class Row:
         warmup: the row has a warm-up the presets set (``--model.warmup_epochs``: 1 in
             ``tiny``, 3 in ``synthetic-small``).
         small: ``synthetic-small``'s further overrides (after its warm-up).
+        small_backbones: the backbones the ``synthetic-small`` grid runs the row on
+            (``("SGR",)``); empty: the row is not in that grid. The grid's rows follow
+            :attr:`order`.
         paper_config: the config stem in ``configs/`` of the ``paper`` presets, ``{bb}`` the
             backbone and ``{ds}`` the dataset (``"ncr_{bb}_{ds}"``); ``None``: none.
         divides: the row's noise detection the grid records (a name for the tables, e.g.
@@ -73,6 +76,7 @@ class Row:
     overrides: tuple[str, ...] = ()
     warmup: bool = False
     small: tuple[str, ...] = ()
+    small_backbones: tuple[str, ...] = ()
     paper_config: str | None = None
     divides: str | None = None
     detection_after: str = "warmup_epochs"

@@ -75,6 +75,7 @@ class GSC(RetrievalMethod):
     spec: ClassVar[MethodSpec] = MethodSpec(
         # not measured yet (docs/methods/gsc.md): the official settings, no warm-up
         rows=(Row("gsc", "GSC-{}", order=130, paper_config="gsc_{bb}_{ds}", divides="structure GMM",
+                  small_backbones=("SGR",),
                   overrides=("--model=ncl.methods.gsc.GSC",)),),
         # per-sample tables moved every step and split every epoch (from epoch 0 on: no warm-up)
         tiny={"gsc": {"gamma": 1.0}},

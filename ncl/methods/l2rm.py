@@ -108,6 +108,7 @@ class L2RM(RetrievalMethod):
     spec: ClassVar[MethodSpec] = MethodSpec(
         # 5 warm-up epochs, the queue as long as the batch (official 128 = 128), else defaults
         rows=(Row("l2rm", "L2RM-{}", order=120, warmup=True, paper_config="l2rm_{bb}_{ds}",
+                  small_backbones=("SGR",),
                   divides="beta division",
                   overrides=("--model=ncl.methods.l2rm.L2RM", f"--model.warmup_epochs={BENCHMARK_WARMUP}",
                              "--model.queue_length=64"),

@@ -91,10 +91,12 @@ class NCR(RetrievalMethod):
     spec: ClassVar[MethodSpec] = MethodSpec(
         # co-teaching (the test row is the A+B ensemble); select_warmup: as the grid was measured
         rows=(Row("ncr", "NCR-{}", order=60, warmup=True, paper_config="ncr_{bb}_{ds}", divides="co-divide",
+                  small_backbones=("SGR",),
                   overrides=("--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={BENCHMARK_WARMUP}",
                              "--model.select_warmup=true")),
               # synthetic-small: LNC's paper reading of configs/lnc_*.yaml (Eq. 9, Alg. 1's w >= 0.5)
               Row("lnc", "LNC-{}", order=70, warmup=True, paper_config="lnc_{bb}_{ds}", divides="co-divide",
+                  small_backbones=("SGR",),
                   overrides=("--model=ncl.methods.ncr.NCR", f"--model.warmup_epochs={BENCHMARK_WARMUP}",
                              "--model.momentum_regularization=true", "--model.noise_abandon=true",
                              "--model.select_warmup=true"),

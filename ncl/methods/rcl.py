@@ -56,7 +56,7 @@ class RCL(RetrievalMethod):
 
     spec: ClassVar[MethodSpec] = MethodSpec(
         # the quickstart's own method: no overrides on configs/quickstart.yaml
-        rows=(Row("rcl", "RCL-{}", order=10, paper_config="rcl_{bb}_{ds}"),),
+        rows=(Row("rcl", "RCL-{}", order=10, small_backbones=("SGR",), paper_config="rcl_{bb}_{ds}"),),
         # random negatives (negative_ratio in (0, 1)) exercise the method's own generator
         tiny={"rcl": {"negative_ratio": 0.5}},
         regression={

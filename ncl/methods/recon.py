@@ -128,6 +128,7 @@ class ReCon(RetrievalMethod):
 
     spec: ClassVar[MethodSpec] = MethodSpec(
         rows=(Row("recon", "ReCon-{}", order=90, warmup=True, paper_config="recon_{bb}_{ds}",
+                  small_backbones=("SAF",),
                   divides="three-way", overrides=BENCHMARK_ROW),
               # Ablation without the intra-modal check: y^IM lies in [0, 1), so omega2 = 1 puts
               # every rough-clean pair into D_c and D_l stays empty (L_IM is still trained on D_c).

@@ -113,10 +113,9 @@ def _small() -> dict[str, tuple[str, ...]]:
             if name in warmup or row.small}
 
 
-_ALL_SYNTHETIC = (("triplet", "SGR"), ("triplet", "SAF"), ("triplet_warmup", "SGR"),
-                  ("triplet_warmup", "SAF"), ("triplet_sum", "SGR"), ("infonce", "SGR"),
-                  ("ncr", "SGR"), ("lnc", "SGR"), ("rcl", "SGR"), ("crcl", "SGR"), ("recon", "SAF"),
-                  ("decl", "SGR"), ("l2rm", "SGR"))
+#: Every row the methods put in the synthetic-small grid (:attr:`Row.small_backbones`), in
+#: :attr:`Row.order`.
+_ALL_SYNTHETIC = tuple((name, bb) for name, row in ROWS.items() for bb in row.small_backbones)
 
 PRESETS: dict[str, Preset] = {
     "tiny": Preset("tiny", rows=(("ncr", "SAF"), ("rcl", "SAF")), noise_types=NOISE_KINDS,
