@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import sys
 import warnings
+from pathlib import Path
 from typing import Any, TextIO
 
 from ncl.errors import NclWarning
@@ -75,13 +76,35 @@ class _DropMatching(logging.Filter):
         return not any(p.search(message) for p in self.patterns)
 
 
+#: Where, in an installed package, the warnings about the user's settings come from:
+#: Lightning (``Trainer(log_every_n_steps=10)`` more than an epoch's batches) and torch's
+#: DataLoader (more workers than CPUs). They are shown as one ``ncl: warning:`` line.
+SETTINGS_WARNING_SOURCES: tuple[tuple[str, ...], ...] = (
+    ("lightning",), ("lightning_fabric",), ("pytorch_lightning",), ("torch", "utils", "data"))
+
+
+def _about_settings(filename: str) -> bool:
+    """Whether a warning was raised in one of :data:`SETTINGS_WARNING_SOURCES`."""
+    parts = Path(filename).parts
+    for i, part in enumerate(parts[:-1]):
+        if part in ("site-packages", "dist-packages"):
+            return any(parts[i + 1:i + 1 + len(src)] == src for src in SETTINGS_WARNING_SOURCES)
+    return False
+
+
 def _show_ncl_warnings_on_one_line(original: Any) -> Any:
-    """Wrap ``warnings.showwarning``: NclWarning as one ``ncl: warning:`` line, others as before."""
+    """Wrap ``warnings.showwarning``: NclWarning, and a warning Lightning or torch's DataLoader
+    raise about the user's settings (:data:`SETTINGS_WARNING_SOURCES`), as one ``ncl: warning:``
+    line (Python's format starts with a file path inside the library, which says nothing to a
+    user, and repeats the ``warn(...)`` source line on a second line); others as before."""
 
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
              file: TextIO | None = None, line: str | None = None) -> None:
         if isinstance(category, type) and issubclass(category, NclWarning):
             (file or sys.stderr).write(f"ncl: warning: {message}\n")
+            return
+        if _about_settings(filename):
+            (file or sys.stderr).write(f"ncl: warning: {' '.join(str(message).split())}\n")
             return
         original(message, category, filename, lineno, file, line)
 

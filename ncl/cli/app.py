@@ -202,10 +202,13 @@ class NclCLI(LightningCLI):
             if ckpt_path:
                 check_weights_fit(self.model, ckpt_path)
             super()._run_subcommand(subcommand)
-        except BaseException:
+        except BaseException as err:
             new_run = getattr(self, "_new_run_dir", None)
             if new_run is not None and self.trainer.is_global_zero:
                 remove_start_record(new_run)
+            line = run_error(err, self.config[subcommand])
+            if line is not None:
+                raise ConfigError(line) from err
             raise
 
     def before_instantiate_classes(self) -> None:
@@ -296,10 +299,17 @@ class NclCLI(LightningCLI):
 _LIBRARIES = ("lightning", "torch", "jsonargparse", "torchmetrics")
 
 
-def building_error(err: BaseException, cfg: Any) -> str | None:
+def building_error(err: BaseException, cfg: Any, libraries: Sequence[str] = _LIBRARIES,
+                   named_only: bool = False) -> str | None:
     """One line for an error raised inside Lightning, torch or jsonargparse while the classes
     are built, naming the option whose name the message mentions; ``None`` for an error of
-    ncl's own code (a bug keeps its traceback) or a user error ncl already words."""
+    ncl's own code (a bug keeps its traceback) or a user error ncl already words.
+
+    Args:
+        err: the exception.
+        cfg: the subcommand's config (the options that can be named).
+        libraries: the packages whose errors are about the user's values.
+        named_only: ``None`` too when the message names no option of ``cfg``."""
     from ncl.cli.input_checks import _leaves, _plain
     from ncl.errors import NclUserError
 
@@ -314,15 +324,29 @@ def building_error(err: BaseException, cfg: Any) -> str | None:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     where = Path(tb.tb_frame.f_code.co_filename).parts if tb is not None else ()
-    if not any(part in _LIBRARIES for part in where):
+    if not any(part in libraries for part in where):
         return None
     message = " ".join(str(inner).split("\n", 1)[0].split()) or type(inner).__name__
     named = [(key, value) for key, value in _leaves(cfg)
              if re.search(rf"\b{re.escape(key.rsplit('.', 1)[-1])}\b", message)
              and not isinstance(value, (dict, list))]
-    named.sort(key=lambda item: str(item[1]) not in message)  # its value quoted too: surely it
+    # the option the message names first is the one it is about ("`val_check_interval` (1000)
+    # must be less than ... set `limit_val_batches` to 0.0 instead")
+    named.sort(key=lambda item: re.search(rf"\b{re.escape(item[0].rsplit('.', 1)[-1])}\b",
+                                          message).start())
+    if named_only and not named:
+        return None
     option = f"{_plain(named[0][0])}={named[0][1]}: " if named else ""
     return f"{option}{message}"
+
+
+def run_error(err: BaseException, cfg: Any) -> str | None:
+    """One line for a ValueError Lightning raises when a run starts, about a trainer option
+    it can only check against the data (``val_check_interval`` 1000 with 2 training batches);
+    ``None`` for any other error, which keeps its traceback."""
+    if not isinstance(err, ValueError) or cfg is None or cfg.get("trainer") is None:
+        return None
+    return building_error(err, {"trainer": cfg.get("trainer")}, libraries=("lightning",), named_only=True)
 
 
 def warn_slow_precision(trainer: L.Trainer) -> None:

@@ -179,12 +179,72 @@ def check_trains_something(sub_cfg: Any, subcommand: str | None) -> None:
     if subcommand != "fit" or sub_cfg is None:
         return
     trainer = sub_cfg.get("trainer") if hasattr(sub_cfg, "get") else None
-    for key in ("max_epochs", "max_steps"):
+    for key in ("max_epochs", "max_steps", "limit_train_batches"):
         value = trainer.get(key) if trainer is not None and hasattr(trainer, "get") else None
-        if value == 0:
+        if value == 0 and not isinstance(value, bool):
+            more = "a fraction of the batches or 1 or more" if key == "limit_train_batches" else "1 or more"
             raise ConfigError(f"trainer.{key} is 0, so ncl fit would train nothing and leave an "
-                              f"empty run; set it to 1 or more (ncl validate/test evaluate a "
+                              f"empty run; set it to {more} (ncl validate/test evaluate a "
                               f"checkpoint without training)")
+
+
+# ---------------------------------------------------------------- trainer values Lightning checks late
+#: What ``trainer.devices`` accepts, for the error line.
+DEVICES_RULE = ("a number of devices (1 or more), -1 (all), auto, or device ids "
+                "(a list such as [0, 1] or a string such as '0,1')")
+#: ``trainer.max_time`` as a string: days:hours:minutes:seconds.
+_DURATION = re.compile(r"^\s*\d+:\d+:\d+:\d+\s*$")
+
+
+def _devices_error(value: Any) -> str | None:
+    """Why ``trainer.devices`` cannot be used, or ``None`` (Lightning names the accelerator,
+    not the option, when it is 0)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (list, tuple)):
+        ok = bool(value) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+    elif isinstance(value, int):
+        ok = value == -1 or value >= 1
+    else:
+        text = str(value).strip()
+        ids = [part.strip() for part in text.split(",") if part.strip()]
+        ok = (text == "auto" or text == "-1" or (text.isdigit() and int(text) >= 1)
+              or ("," in text and bool(ids) and all(part.isdigit() for part in ids)))
+    return None if ok else f"trainer.devices is {value!r}, but it must be {DEVICES_RULE}"
+
+
+def _accelerator_error(value: Any) -> str | None:
+    """Why ``trainer.accelerator`` names hardware this machine lacks, or ``None`` (Lightning
+    says "No supported gpu backend found!" or asks to install torch_xla, naming no option)."""
+    if not isinstance(value, str):
+        return None
+    from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator, XLAAccelerator
+
+    present = {"cuda": CUDAAccelerator.is_available(), "mps": MPSAccelerator.is_available(),
+               "tpu": XLAAccelerator.is_available()}
+    present["gpu"] = present["cuda"] or present["mps"]
+    name = value.strip().lower()
+    if name not in present or present[name]:
+        return None
+    available = ", ".join(["cpu", *(k for k in ("cuda", "mps", "tpu") if present[k])])
+    return (f"trainer.accelerator is {value!r}, but this machine has no {name.upper()} that "
+            f"torch can use; use one of {available}, or auto")
+
+
+def check_trainer_values(sub_cfg: Any) -> None:
+    """Raise ConfigError for trainer values Lightning refuses only while building, without
+    naming the option (``devices 0``, ``accelerator gpu`` on a CPU machine, a ``max_time``
+    that is not ``DD:HH:MM:SS``)."""
+    trainer = sub_cfg.get("trainer") if hasattr(sub_cfg, "get") else None
+    if trainer is None or not hasattr(trainer, "get"):
+        return
+    line = _devices_error(trainer.get("devices")) or _accelerator_error(trainer.get("accelerator"))
+    max_time = trainer.get("max_time")
+    if line is None and isinstance(max_time, str) and not _DURATION.match(max_time):
+        line = (f"trainer.max_time is {max_time!r}, but it must be days:hours:minutes:seconds "
+                f"(e.g. 00:12:00:00 for 12 hours)")
+    if line is not None:
+        raise ConfigError(line)
 
 
 def precision_note(precision: str | None, device_type: str, native_bf16: bool) -> str | None:
@@ -234,6 +294,9 @@ TRAINER_BOUNDS: dict[str, tuple[float, bool, str]] = {
     "reload_dataloaders_every_n_epochs": (0, False, "0 or more"),
 }
 
+#: The largest seed numpy's and Lightning's generators accept.
+SEED_MAX = 2**32 - 1
+
 #: ncl's own options (of a method, a backbone, an optimizer, a DataModule, ``ncl predict``),
 #: recognised by their name wherever they are in the config.
 NAME_BOUNDS: dict[str, tuple[float, bool, str]] = {
@@ -244,7 +307,22 @@ NAME_BOUNDS: dict[str, tuple[float, bool, str]] = {
     "embed_size": (0, True, "a positive integer (1 or more)"),
     "num_regions": (0, True, "a positive integer (1 or more)"),
     "warmup_epochs": (0, False, "0 or more"),
+    "grad_clip": (0, False, "0 (no clipping) or more"),
+    # DataModules: sizes of the generated data and of the checked samples (null: the default)
+    "n_train": (0, True, "a positive integer (1 or more), or null for the preset's"),
+    "n_dev": (0, True, "a positive integer (1 or more), or null for the preset's"),
+    "n_test": (0, True, "a positive integer (1 or more), or null for the preset's"),
+    "captions_per_image": (0, True, "a positive integer (1 or more), or null for the preset's"),
+    "dev_max_images": (0, True, "a positive integer (1 or more), or null for every dev image"),
+    "nan_check_samples": (0, False, "0 (no NaN check) or more"),
+    # seeds: numpy and Lightning accept 0 .. 2**32 - 1 (numpy raised a traceback)
+    "seed_everything": (0, False, f"an integer from 0 to {SEED_MAX}, or true/false"),
+    "noise_seed": (0, False, f"an integer from 0 to {SEED_MAX}"),
+    "synthetic_seed": (0, False, f"an integer from 0 to {SEED_MAX}"),
 }
+#: Options with a highest allowed value too (their rule above says so).
+UPPER_BOUNDS: dict[str, float] = {"seed_everything": SEED_MAX, "noise_seed": SEED_MAX,
+                                  "synthetic_seed": SEED_MAX}
 #: Name endings with the same meaning: sizes and dimensions are at least 1.
 SUFFIX_BOUNDS: dict[str, tuple[float, bool, str]] = {
     "_batch_size": NAME_BOUNDS["batch_size"],
@@ -295,12 +373,38 @@ def check_numbers(sub_cfg: Any) -> list[str]:
         if bound is None or (parts[0] == "trainer" and len(parts) != 2):
             continue
         low, strict, rule = bound
-        if value < low or (strict and value == low):
-            raise ConfigError(f"{_plain(key)} is {value}, but it must be {rule}")
+        high = UPPER_BOUNDS.get(parts[-1]) if parts[0] != "trainer" else None
+        if value < low or (strict and value == low) or (high is not None and value > high):
+            name = _plain(key) if len(parts) > 1 else f"--{key}"  # a subcommand's own option
+            raise ConfigError(f"{name} is {value}, but it must be {rule}")
         if parts[-1] == "lr" and value == 0:
             notes.append(f"{_plain(key)} is 0: the optimizer will not change the weights, so "
                          f"training learns nothing")
     return notes
+
+
+def check_optimizer(sub_cfg: Any) -> None:
+    """Build ``model.optimizer`` once on a one-number parameter, so that a value its class
+    refuses (Adam's ``betas [1.5, 0.9]``) is one ConfigError line now, not a traceback when
+    training starts (methods build their optimizers in ``configure_optimizers``)."""
+    import torch
+    from jsonargparse._util import import_object
+
+    model = sub_cfg.get("model") if hasattr(sub_cfg, "get") else None
+    init = getattr(model, "init_args", None)
+    optimizer = getattr(init, "optimizer", None)
+    class_path = getattr(optimizer, "class_path", None)
+    if not isinstance(class_path, str):
+        return
+    options = dict(vars(getattr(optimizer, "init_args", None) or {}))
+    try:
+        import_object(class_path)([torch.nn.Parameter(torch.zeros(1))], **options)
+    except ValueError as err:  # torch.optim's own checks of its arguments
+        message = " ".join(str(err).split())
+        named = [key for key in options if re.search(rf"\b{re.escape(key)}\b", message)
+                 or re.search(rf"\b{re.escape(key.rstrip('s'))}\b", message)]
+        where = f"model.optimizer.{named[0]}={options[named[0]]}" if named else f"model.optimizer {class_path}"
+        raise ConfigError(f"{where}: {message}") from None
 
 
 # ---------------------------------------------------------------- wrong types and choices
@@ -317,14 +421,28 @@ def _allowed(text: str) -> str:
             item = item.strip().strip("'\"")
             if item and item not in choices:
                 choices.append(item)
-    if choices:
-        return "one of " + ", ".join(choices)
     types = []
     for found in re.finditer(r"Expected a <class '([\w.]+)'>", text):
         name = _TYPE_NAMES.get(found.group(1), found.group(1))
         if found.group(1) != "NoneType" and name not in types:
             types.append(name)
+    if choices:  # a bool beside the choices is two more choices (deterministic: true/false/warn)
+        if _TYPE_NAMES["bool"] in types:
+            types.remove(_TYPE_NAMES["bool"])
+            choices = ["true", "false", *choices]
+        return " or ".join(["one of " + ", ".join(choices), *types])
     return " or ".join(types) if types else ""
+
+
+def _not_importable(key: str, value: str, message: str) -> str | None:
+    """The line for a class path (an optimizer, a backbone) that cannot be imported."""
+    if not re.search(r"either not accessible or invalid|expects a function or a callable class"
+                     r"|Expected a dot import path string", message):
+        return None
+    reason = re.search(r"(module '[\w.]+' has no attribute '\w+'|No module named '[\w.]+')", message)
+    why = f" ({reason.group(1)})" if reason else ""
+    return (f"{_plain(key)} {value!r} is not valid: it must be an importable class path "
+            f"(such as torch.optim.Adam){why}")
 
 
 def subclasses(base: type) -> set[type]:
@@ -361,14 +479,23 @@ def value_error_line(message: str) -> str | None:
     if outer is None:
         return None
     key = outer.group(1)
-    inner = re.search(r'Parser key "([\w.]+)":\s*\n\s*(Expected .*?)\. Got value: (.*)', message)
+    inner = re.search(r'Parser key "([\w.]+)":\s*\n\s*(Expected .*?)\. Got value: (.*?)'
+                      r'(?:\. Got value: .*)?$', message, re.MULTILINE)
     nested = re.search(r"NestedArg\(key='([^']+)', val='([^']*)'\)", message)
     given = re.search(r"Given value: (.*)\s*$", message)
     if inner is not None:  # a class's own option (data.batch_size in a config file)
         inner_key = inner.group(1)
-        key = inner_key if inner_key == key or inner_key.startswith(f"{key}.") else f"{key}.{inner_key}"
+        if nested is not None and nested.group(1).rsplit(".", 1)[-1] == inner_key.rsplit(".", 1)[-1]:
+            key = f"{key}.{nested.group(1)}"  # deeper than the class: model.backbone.module_name
+        elif not (inner_key == key or inner_key.startswith(f"{key}.")):
+            key = f"{key}.{inner_key}"
+        else:
+            key = inner_key
         value, text = inner.group(3).strip(), inner.group(2)
     elif nested is not None:
+        line = _not_importable(f"{key}.{nested.group(1)}", nested.group(2), message)
+        if line is not None:
+            return line
         key, value, text = f"{key}.{nested.group(1)}", nested.group(2), message
     elif given is not None:
         value, text = given.group(1).strip(), message
@@ -383,7 +510,7 @@ def value_error_line(message: str) -> str | None:
     allowed = _allowed(text)
     if not allowed:
         return None
-    return f"{key} {value!r} is not valid: it must be {allowed}"
+    return f"{_plain(key)} {value!r} is not valid: it must be {allowed}"
 
 
 def unknown_key_line(message: str, parser: Any) -> str | None:

@@ -25,6 +25,8 @@ from lightning.pytorch.cli import LightningArgumentParser
 from ncl.callbacks.prediction_writer import RankedPairsWriter
 from ncl.cli.input_checks import (
     check_numbers,
+    check_optimizer,
+    check_trainer_values,
     check_trains_something,
     shipped,
     short_usage,
@@ -111,8 +113,11 @@ class NclArgumentParser(LightningArgumentParser):
         subcommand = cfg.get("subcommand") if hasattr(cfg, "get") else None
         check_trains_something(cfg.get(subcommand) if subcommand else None, subcommand)
         if subcommand and cfg.get(subcommand) is not None:
+            check_trainer_values(cfg[subcommand])
+        if subcommand and cfg.get(subcommand) is not None:
             for note in check_numbers(cfg[subcommand]):
                 warnings.warn(note, NclWarning, stacklevel=2)
+            check_optimizer(cfg[subcommand])
         if subcommand == "predict" and cfg.get(subcommand) is not None:
             check_prediction_options(cfg[subcommand])
         if subcommand and cfg.get(subcommand) is not None:

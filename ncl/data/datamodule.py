@@ -16,6 +16,7 @@ What ncl knows of the official datasets (counts, real noise) is :mod:`ncl.data.f
 
 from __future__ import annotations
 
+import errno
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +39,9 @@ from ncl.data.start_checks import StartChecks
 from ncl.data.train_loader import TrainLoader, TrainPlan
 from ncl.data.vocab import Vocabulary, load_vocabulary
 from ncl.errors import ConfigError, DataError
+
+#: errno values of a cache folder that cannot be made or written (not a bug of ncl).
+_CACHE_ERRNOS = {errno.EEXIST, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC}
 
 Protocol = Literal["1k", "5fold1k", "5k"]
 DATA_HINT = ("see the README section 'Preparing the datasets' for where to download the "
@@ -301,7 +305,14 @@ class SyntheticDataModule(PrecompDataModule):
             cache_dir = str(Path(base) / "ncl")
         digest = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:10]
         root = Path(cache_dir) / f"{preset}-{digest}"
-        generate(root, spec)
+        try:
+            generate(root, spec)
+        except OSError as err:  # a file where the folder goes, no permission, a full disk
+            if err.errno not in _CACHE_ERRNOS:
+                raise
+            raise ConfigError(f"data.cache_dir={cache_dir} cannot hold the generated dataset: "
+                              f"{err.strerror or err} ({err.filename}); give a folder that "
+                              f"can be written") from None
         self.spec = spec
         super().__init__(data_root=str(root), data_name="synthetic_precomp", vocab_path=None,
                          batch_size=batch_size, eval_batch_size=eval_batch_size,

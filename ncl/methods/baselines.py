@@ -24,6 +24,7 @@ from ncl.errors import ConfigError
 from ncl.losses import infonce_loss, triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
 from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
+from ncl.methods.skeleton import check_ranges
 from ncl.models.contracts import forward_batch
 
 
@@ -138,6 +139,7 @@ class Triplet(_Baseline):
                  negatives: Literal["hardest", "sum"] = "hardest", warmup_epochs: int = 0,
                  **kwargs: Any) -> None:
         super().__init__(vocab_size, backbone, optimizer=optimizer, **kwargs)
+        check_ranges(self.hparams, integers={"warmup_epochs": 0}, nonnegative=["margin"])
 
     def loss(self, sims: Tensor) -> Tensor:
         hp = self.hparams
@@ -162,6 +164,7 @@ class InfoNCE(_Baseline):
                  optimizer: OptimizerCallable = default_optimizer, tau: float = 0.05,
                  **kwargs: Any) -> None:
         super().__init__(vocab_size, backbone, optimizer=optimizer, **kwargs)
+        check_ranges(self.hparams, positive=["tau"])  # 0: a traceback in the first step
 
     def loss(self, sims: Tensor) -> Tensor:
         return infonce_loss(sims, tau=self.hparams.tau).mean()

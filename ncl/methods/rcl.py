@@ -24,6 +24,7 @@ from ncl.losses import (RCL_ABLATION_REDUCTION, ComplementaryKind, complementary
                         rcl_ablation_loss)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.methods.declaration import MethodSpec, RegressionCase, Row, TINY_DATA_ARGS, TINY_RUN_ARGS
+from ncl.methods.skeleton import check_ranges
 from ncl.models.contracts import forward_batch
 
 
@@ -73,6 +74,8 @@ class RCL(RetrievalMethod):
                  ablation: Literal["none", "tr", "tr_hn", "cl", "nl", "mae_single"] = "none",
                  margin: float = 0.2, seed: int | None = None, **kwargs: Any) -> None:
         super().__init__(vocab_size, backbone, optimizer=optimizer, n_networks=1, **kwargs)
+        # tau 0 or q 0 failed in the first training step, with a traceback from the loss
+        check_ranges(self.hparams, positive=["tau"], nonnegative=["eps", "margin"], fractions=["q"])
         self._generator: torch.Generator | None = None
 
     def on_train_epoch_start(self) -> None:

@@ -61,6 +61,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import NoReturn
 
 from ncl.reproduce.cells import METHODS, configs_dir
 from ncl.reproduce.grid import (
@@ -78,10 +79,20 @@ from ncl.reproduce.runner import Runner, run_all
 from ncl.reproduce.tables import write_outputs
 
 
+PROG = "python -m ncl.reproduce"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose mistakes are one line (:func:`main` prints it), not usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        raise SystemExit(f"{message} (see '{PROG} --help')")
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The grid's command line."""
-    parser = argparse.ArgumentParser(prog="python -m ncl.reproduce", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog=PROG, description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="synthetic-small")
     parser.add_argument("--out", type=Path, required=True, help="output folder (cells, runs, tables)")
     parser.add_argument("--methods", nargs="+", help="only these methods (of the preset's rows, or any "
@@ -142,16 +153,30 @@ def select(args: argparse.Namespace) -> tuple[Preset, list[Cell]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run (or continue) a grid and write its tables; ``slurm`` writes the cluster templates."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """Run (or continue) a grid and write its tables; ``slurm`` writes the cluster templates.
+
+    A mistake on the command line (a ``SystemExit`` with a message) is one ``ncl: error:``
+    line and exit status 2, as ``ncl``'s own."""
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    except SystemExit as stop:
+        if not isinstance(stop.code, str):
+            raise
+        print(f"ncl: error: {PROG}: {' '.join(stop.code.split())}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _main(argv: list[str]) -> int:
+    """:func:`main` without the one-line error report."""
     if argv[:1] == ["slurm"]:
         from ncl.reproduce.slurm import main as slurm_main
 
         return slurm_main(argv[1:])
     args = parse_args(argv)
     preset, cells = select(args)
-    if args.jobs < 1:
-        raise SystemExit(f"--jobs {args.jobs}: must be at least 1")
+    for option, value in (("--jobs", args.jobs), ("--threads", args.threads)):
+        if value is not None and value < 1:
+            raise SystemExit(f"{option} {value}: must be at least 1")
     slots = args.devices.split(",") if args.devices else [f"cpu{i}" for i in range(args.jobs)]
     threads = args.threads or max(1, (os.cpu_count() or 1) // len(slots))
     setting = Setting(configs=configs_dir(args.configs), dataset=args.dataset, data_root=args.data_root,

@@ -181,10 +181,15 @@ def resolve_checkpoint(ckpt_path: str | None, trainer_cfg: Any, subcommand: str,
         if last is None:
             if fresh_if_missing and subcommand == "fit":
                 return None
-            hint = (" (or add --fresh_if_missing true to start a new run)" if subcommand == "fit" else "")
-            raise ConfigError(f"--ckpt_path {ckpt_path}: no run with a checkpoints/last.ckpt under "
-                              f"{where}; check trainer.default_root_dir and the logger's "
-                              f"save_dir/name{hint}")
+            if subcommand == "fit":
+                raise ConfigError(f"--ckpt_path {ckpt_path}: no run to resume under {where} (no run "
+                                  f"folder has checkpoints/last.ckpt); check trainer.default_root_dir "
+                                  f"and the logger's save_dir/name (or add --fresh_if_missing true "
+                                  f"to start a new run)")
+            raise ConfigError(f"--ckpt_path {ckpt_path}: no trained run of this config under {where} "
+                              f"(no run folder has checkpoints); train it first with ncl fit and "
+                              f"the same --config, or check trainer.default_root_dir and the "
+                              f"logger's save_dir/name")
         if ckpt_path == "best":
             if subcommand == "fit":
                 raise ConfigError("--ckpt_path best is for ncl test/validate; resume with "
@@ -192,6 +197,9 @@ def resolve_checkpoint(ckpt_path: str | None, trainer_cfg: Any, subcommand: str,
             return best_checkpoint(run_dir_of(last))
         return last
     path = Path(ckpt_path)
+    if path.is_dir():
+        raise ConfigError(f"--ckpt_path {ckpt_path} is a folder; give a checkpoint file (.ckpt), "
+                          f"best or last")
     if not path.is_file():
         if fresh_if_missing and subcommand == "fit":
             return None

@@ -81,7 +81,7 @@ def test_configs_are_found_in_the_working_directory_or_named(tmp_path: Path,
     assert configs_dir() == tmp_path / "configs"
 
 
-def test_slurm_writes_the_packaged_templates_and_keeps_existing_files(tmp_path: Path) -> None:
+def test_slurm_writes_the_packaged_templates_and_keeps_existing_files(tmp_path: Path, capsys) -> None:
     out = tmp_path / "slurm"
     done = launch([sys.executable, "-m", "ncl.reproduce", "slurm", "--out", str(out)],
                           capture_output=True, text=True, check=False, cwd=tmp_path,
@@ -92,8 +92,9 @@ def test_slurm_writes_the_packaged_templates_and_keeps_existing_files(tmp_path: 
         assert path.read_text() == template_text(name) and path.stat().st_mode & stat.S_IXUSR
         assert "--trainer.num_nodes" in path.read_text()
     (out / TEMPLATES[0]).write_text("# edited\n")
-    with pytest.raises(SystemExit, match="--force"):
+    with pytest.raises(SystemExit, match="2"):
         reproduce.main(["slurm", "--out", str(out)])
+    assert "--force" in capsys.readouterr().err
     assert (out / TEMPLATES[0]).read_text() == "# edited\n"
     assert reproduce.main(["slurm", "--out", str(out), "--force"]) == 0
     assert (out / TEMPLATES[0]).read_text() == template_text(TEMPLATES[0])

@@ -152,6 +152,10 @@ def test_legacy_detection_reads_each_methods_own_keys() -> None:
     (["--noise", "1.5"], "--noise"),
     (["--epochs", "0"], "--epochs"),
 ])
-def test_bad_options_name_the_option(argv: list[str], message: str, tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match=message):
+def test_bad_options_name_the_option(argv: list[str], message: str, tmp_path: Path, capsys) -> None:
+    """One ``ncl: error:`` line naming the option, exit status 2."""
+    with pytest.raises(SystemExit) as stop:
         reproduce.main([*argv, "--out", str(tmp_path), "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1
+    assert err[0].startswith(f"ncl: error: python -m ncl.reproduce: {message}"), err
