@@ -4,7 +4,8 @@ Lightning and its dependencies print warnings meant for people writing Lightning
 of them carry nothing an ncl user can act on and hide the lines that matter. The filters
 below remove exactly those, each with the reason it is safe. Lightning's other warnings stay
 (too few batches for ``log_every_n_steps``, a non-empty checkpoint folder, SLURM hints,
-few DataLoader workers in training, ...). An explicit ``PYTHONWARNINGS`` or ``-W`` wins:
+few DataLoader workers in training, ...), each as one ``ncl: warning:`` line
+(:data:`SETTINGS_WARNING_SOURCES`). An explicit ``PYTHONWARNINGS`` or ``-W`` wins:
 Python puts those filters in place first, and :func:`configure_console` then leaves the
 warning settings alone.
 
