@@ -78,21 +78,20 @@ from ncl.reproduce.records import load_records
 from ncl.reproduce.runner import Runner, run_all
 from ncl.reproduce.tables import write_outputs
 
-
 PROG = "python -m ncl.reproduce"
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     """argparse whose mistakes are one line (:func:`main` prints it), not usage text."""
 
     def error(self, message: str) -> NoReturn:
-        raise SystemExit(f"{message} (see '{PROG} --help')")
+        raise SystemExit(f"{message} (see '{self.prog} --help')")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The grid's command line."""
-    parser = _Parser(prog=PROG, description=__doc__,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog=PROG, description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="synthetic-small")
     parser.add_argument("--out", type=Path, required=True, help="output folder (cells, runs, tables)")
     parser.add_argument("--methods", nargs="+", help="only these methods (of the preset's rows, or any "

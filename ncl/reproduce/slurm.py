@@ -46,16 +46,19 @@ def write_templates(out: Path, force: bool = False) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line of ``python -m ncl.reproduce slurm``."""
-    parser = argparse.ArgumentParser(prog="python -m ncl.reproduce slurm", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    """Command line of ``python -m ncl.reproduce slurm``; a mistake is a ``SystemExit`` with its
+    message, which :func:`ncl.reproduce.cli.main` prints as one line."""
+    from ncl.reproduce.cli import OneLineParser  # its main imports this module when needed
+
+    parser = OneLineParser(prog="python -m ncl.reproduce slurm", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder to write the templates into")
     parser.add_argument("--force", action="store_true", help="overwrite existing files")
     args = parser.parse_args(argv)
     try:
         written = write_templates(args.out, args.force)
     except FileExistsError as err:
-        raise SystemExit(f"ncl.reproduce slurm: {err}") from None
+        raise SystemExit(f"slurm: {err}") from None
     for path in written:
         print(f"wrote {path}")
     return 0

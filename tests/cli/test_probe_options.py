@@ -14,7 +14,9 @@ must succeed without an error or warning line. Everything runs in-process (``ncl
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -362,6 +364,8 @@ CASES = [
      2, E + "python -m ncl.reproduce: --methods: unknown ['rcll']; known: ['clean', 'clean_sum', 'crcl',"),
     ('reproduce threads 0', grid("--out", "{tmp}/g", "--threads", "0", "--dry-run"),
      2, E + 'python -m ncl.reproduce: --threads 0: must be at least 1'),
+    ('reproduce slurm no out', grid("slurm"),
+     2, E + "python -m ncl.reproduce: the following arguments are required: --out (see 'python -m ncl.reproduce slurm --help')"),
     ('reproduce dry run', grid("--out", "{tmp}/g", "--dry-run"),
      0, None),
     ('seed_everything -1', fit("--seed_everything", "-1"),
@@ -431,6 +435,23 @@ def test_probe(tmp_path: Path, synthetic_cache: Path, capsys, monkeypatch, case:
         assert not [line for line in lines if ".py:" in line and "Warning:" in line], err  # one line
 
 
+def _kind(prefix: str | None) -> str:
+    return "success" if prefix is None else "error" if prefix.startswith(E) else "warning"
+
+
+def test_the_user_guide_gives_the_probes_counts() -> None:
+    """docs/usage.md states how many mistakes the two probe tables try and how each ends."""
+    spec = importlib.util.spec_from_file_location("first_probe", Path(__file__).parent / "test_probe.py")
+    first = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(first)
+    kinds = Counter([_kind(c[4]) for c in first.CASES] + [_kind(c[3]) for c in CASES])
+    guide = " ".join((REPO / "docs" / "usage.md").read_text().split())
+    assert (f"{sum(kinds.values())} command lines tried as a new user would" in guide
+            and f"{kinds['error']} of them end with one `ncl: error:` line" in guide
+            and f"{kinds['warning']} with the right one-line `ncl: warning:`" in guide
+            and f"{kinds['success']} are correct runs" in guide), kinds
+
+
 def test_the_probe_is_wide() -> None:
     """The table keeps its breadth: every numeric trainer option ncl checks has a case here or
     in test_probe.py, and every kind of outcome is there."""
@@ -440,5 +461,4 @@ def test_the_probe_is_wide() -> None:
     names += (Path(__file__).parent / "test_probe.py").read_text()
     missing = [option for option in TRAINER_BOUNDS if option not in names]
     assert missing == [], missing
-    kinds = {("error" if c[3] and c[3].startswith(E) else "warning" if c[3] else "success") for c in CASES}
-    assert kinds == {"error", "warning", "success"} and len(CASES) >= 100
+    assert {_kind(c[3]) for c in CASES} == {"error", "warning", "success"} and len(CASES) >= 100
