@@ -226,9 +226,9 @@ def _accelerator_error(value: Any) -> str | None:
     name = value.strip().lower()
     if name not in present or present[name]:
         return None
-    available = ", ".join(["cpu", *(k for k in ("cuda", "mps", "tpu") if present[k])])
+    available = " or ".join(["cpu", *(k for k in ("cuda", "mps", "tpu") if present[k]), "auto"])
     return (f"trainer.accelerator is {value!r}, but this machine has no {name.upper()} that "
-            f"torch can use; use one of {available}, or auto")
+            f"torch can use; use {available}")
 
 
 def check_trainer_values(sub_cfg: Any) -> None:
