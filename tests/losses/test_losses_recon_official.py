@@ -1,5 +1,5 @@
 """ReCon's losses as the official model file computes them (qxzha/ReCon ``model/ReCon.py`` at
-2a40dcf), checked against by-hand computations written here from that file's formulas in plain
+2a40dcf), checked against by-hand computations (``tests/recon_by_hand.py``) from its formulas in plain
 torch: ``info_nce_loss`` (exponentials of the positive and the summed negatives), the
 ``train_batch`` rank loss, and ``forward_relation`` (index lists, ``nn.Softmax`` rows and two
 ``nn.KLDivLoss(reduction="none")`` calls, ``/ 2``, ``/ batch_length``, ``.mean()``)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
+from recon_by_hand import info_nce_by_hand, relation_by_hand, train_batch_losses
 
 from ncl.losses.recon_official import (info_nce_rows, official_rank_loss, official_relation_loss,
                                        official_relation_terms)
@@ -27,29 +27,8 @@ R_T = torch.tensor([[0.7, -0.1, 0.2, 0.5],
                     [-0.3, 0.4, 0.1, 1.3]])
 
 
-def _info_nce_by_hand(sims: torch.Tensor, temp: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``info_nce_loss``: positive on the diagonal, negatives off it, plain exponentials."""
-    eye = torch.eye(len(sims)).bool()
-    pos = torch.exp(sims[eye].view(len(sims), -1) / temp).squeeze(1)
-    neg = torch.exp(sims[~eye].view(len(sims), -1) / temp).sum(1)
-    return -torch.log(pos / (pos + neg)), pos / (pos + neg)
-
-
-def _relation_by_hand(rel_imgs: torch.Tensor, rel_caps: torch.Tensor, cross: torch.Tensor,
-                      mode: str, eps: float = 1e-6) -> torch.Tensor:
-    """``forward_relation``: ``(B, B)`` entries of the two KLDivLoss calls."""
-    length = len(cross)
-    index = cross.argmax(-1).tolist()
-    rows = [[i] * length for i in index]
-    cols = [index] * length
-    kl = nn.KLDivLoss(reduction="none")
-    pseudo = nn.Softmax(dim=-1)(rel_caps[rows, cols])  # the caption relations in both modes
-    own = nn.Softmax(dim=-1)(rel_imgs if mode == "v" else rel_caps)
-    return kl(torch.log(own + eps), pseudo) + kl(torch.log(pseudo + eps), own)
-
-
 def test_info_nce_rows_is_the_published_info_nce() -> None:
-    loss, preds = _info_nce_by_hand(SIMS, 0.05)
+    loss, preds = info_nce_by_hand(SIMS, 0.05)
     terms = info_nce_rows(SIMS, 0.05)
     assert torch.allclose(terms.loss, loss, atol=1e-5)
     assert torch.allclose(terms.prediction, preds, atol=1e-6)
@@ -58,8 +37,8 @@ def test_info_nce_rows_is_the_published_info_nce() -> None:
 
 def test_info_nce_rows_stays_finite_where_plain_exponentials_overflow() -> None:
     sims = SIMS * 10  # S / tau up to 180: exp overflows float32
-    assert not torch.isfinite(_info_nce_by_hand(sims, 0.05)[0]).all()
-    loss, preds = _info_nce_by_hand(sims.double(), 0.05)
+    assert not torch.isfinite(info_nce_by_hand(sims, 0.05)[0]).all()
+    loss, preds = info_nce_by_hand(sims.double(), 0.05)
     terms = info_nce_rows(sims, 0.05)
     assert torch.isfinite(terms.loss).all()
     assert torch.allclose(terms.loss.double(), loss, rtol=1e-5, atol=1e-4)
@@ -68,8 +47,8 @@ def test_info_nce_rows_stays_finite_where_plain_exponentials_overflow() -> None:
 
 def test_rank_loss_is_both_directions_averaged_and_weighted_by_the_targets() -> None:
     targets = torch.tensor([1.0, 0.25, 1.0, 0.0])
-    row, row_p = _info_nce_by_hand(SIMS, 0.1)
-    col, col_p = _info_nce_by_hand(SIMS.t(), 0.1)
+    row, row_p = info_nce_by_hand(SIMS, 0.1)
+    col, col_p = info_nce_by_hand(SIMS.t(), 0.1)
     terms = official_rank_loss(SIMS, targets, 0.1)
     assert torch.allclose(terms.loss, (row + col) * 0.5 * targets, atol=1e-5)
     assert torch.allclose(terms.prediction, (row_p + col_p) * 0.5, atol=1e-6)
@@ -81,9 +60,9 @@ def test_rank_loss_is_both_directions_averaged_and_weighted_by_the_targets() -> 
 
 
 def test_relation_loss_is_the_published_scalar() -> None:
-    i2t = _relation_by_hand(R_V, R_T, SIMS, "v")
-    t2i = _relation_by_hand(R_V, R_T, SIMS.t(), "t")
-    want = ((i2t + t2i) / 2 / len(SIMS)).mean()
+    i2t = relation_by_hand(R_V, R_T, SIMS, "v")
+    t2i = relation_by_hand(R_V, R_T, SIMS.t(), "t")
+    _, want, _ = train_batch_losses(SIMS, R_V, R_T, torch.ones(4), 0.1)
     terms = official_relation_terms(R_V, R_T, SIMS)
     assert official_relation_loss(terms).item() == pytest.approx(want.item(), rel=1e-5)
     assert torch.allclose(terms.visual, i2t.sum(dim=1), atol=1e-6)
