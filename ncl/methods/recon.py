@@ -184,7 +184,7 @@ class ReCon(RetrievalMethod):
         # Training state (checkpointed, identical on every rank):
         self.division: ThreeWayDivision | None = None
         self.pseudo_labels = PerSampleState(1, fill=1.0)  # y~ (Eq. 10)
-        self.step_predictions = PerSampleState(1, fill=float("nan"))  # p per step (official)
+        self.step_predictions = PerSampleState(1, fill=-1.0)  # p per step (official); -1: none
 
     def method_callbacks(self) -> list[L.Callback]:
         """The division (its diagnostics: the base's ``diagnostics`` option)."""
@@ -227,7 +227,7 @@ class ReCon(RetrievalMethod):
         cm_loss, im_loss, prediction = values[0].float().unbind(dim=1)  # (N,) each
         if self.hparams.store_predictions == "step":  # the steps' p where a step stored one
             stored = self.step_predictions.values[0]
-            prediction = torch.where(stored.isnan(), prediction, stored.to(prediction))
+            prediction = torch.where(stored < 0, prediction, stored.to(prediction))
         previous = None if self.division is None else self.pseudo_labels.values[0]
         self.division, pseudo = divide_three_way(epoch, cm_loss, im_loss, prediction, clean_prob[0],
                                                  previous, self.division_config)
