@@ -10,8 +10,12 @@ import pytest
 import torch
 from recon_by_hand import info_nce_by_hand, relation_by_hand, train_batch_losses
 
-from ncl.losses.recon_official import (info_nce_rows, official_rank_loss, official_relation_loss,
-                                       official_relation_terms)
+from ncl.losses.recon_official import (
+    info_nce_rows,
+    official_rank_loss,
+    official_relation_loss,
+    official_relation_terms,
+)
 
 SIMS = torch.tensor([[0.9, 0.1, -0.3, 0.2],
                      [0.4, 0.5, 0.6, -0.1],

@@ -23,7 +23,7 @@ from ncl.models.sgraf_relations import batch_relations
 OFFICIAL = {"rank_loss": "official", "relation_loss": "batch", "store_predictions": "step"}
 
 
-def _model(module_name: str = "SGR", **kwargs) -> ReCon:  # noqa: ANN003 - forwards switches
+def _model(module_name: str = "SGR", **kwargs) -> ReCon:
     torch.manual_seed(0)
     model = ReCon(30, lambda v: SGRAF(v, module_name, img_dim=16, num_regions=6, word_dim=8,
                                       embed_size=16, sim_dim=8, dropout=0.0,
@@ -47,7 +47,7 @@ def _encode(model: ReCon, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor,
 def _divider(model: ReCon, monkeypatch: pytest.MonkeyPatch,
              passes: dict[int, torch.Tensor]) -> Callable[[int], bool]:
     """GMMDivision's work with the division pass replaced by ``passes[epoch]`` (``(N, 3)``)."""
-    def fake(spec, nets, pairs, epoch, *args, **kwargs) -> torch.Tensor:  # noqa: ANN001
+    def fake(spec, nets, pairs, epoch, *args, **kwargs) -> torch.Tensor:
         return passes[epoch][None]
 
     data = SimpleNamespace(train_pairs=lambda: None, num_workers=0, batch_size=8)
