@@ -90,6 +90,9 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
     ("model.init_args.bmm_density_clamp", ABSENT, 1e-06):
         "L2RM's clamp of x in the Beta density, now an option; its default is the clamp the "
         "mixture always had (the pomegranate fork's x_eps), so the run is the same",
+    ("model.init_args.eval_autocast", ABSENT, False):
+        "a new base option (the evaluation similarity under the trainer's autocast); off, the "
+        "similarity is float32 as before, so the run is the same",
 
 }
 
