@@ -70,12 +70,14 @@ class RetrievalMethod(BatchScoring, Resumable, TrainingSkeleton, L.LightningModu
                  grad_clip: float = 2.0, eval_shard_size: int = 1000, eval_autocast: bool = False,
                  n_networks: int = 1, select_warmup: bool = False, diagnostics: bool = True) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["backbone", "optimizer"])  # a subclass's options too
+        # a subclass's options too; eval_autocast is how this command evaluates, not part of
+        # the trained model: a checkpoint that stored it would override `ncl test`'s choice
+        self.save_hyperparameters(ignore=["backbone", "optimizer", "eval_autocast"])
         if n_networks < 1:
             raise ConfigError(f"model.n_networks must be >= 1, got {n_networks}")
         if lr_update < 1:
             raise ConfigError(f"model.lr_update must be >= 1 epoch, got {lr_update}")
-        check_eval_autocast(eval_autocast)
+        self.eval_autocast = check_eval_autocast(eval_autocast)
         self.nets = nn.ModuleList([backbone(vocab_size) for _ in range(n_networks)])
         self.backbone_factory = backbone  # re-initialisation (self-refining pieces)
         if n_networks > 1:
@@ -102,8 +104,8 @@ class RetrievalMethod(BatchScoring, Resumable, TrainingSkeleton, L.LightningModu
         ``eval_autocast`` has a low dtype to use."""
         check_features_fit(getattr(self.trainer, "datamodule", None),
                            dict(zip(self.network_names, self.nets)))
-        if stage != "predict" and (refusal := eval_autocast_refusal(
-                self.hparams.get("eval_autocast", False), self.trainer.precision)):
+        if stage != "predict" and (refusal := eval_autocast_refusal(self.eval_autocast,
+                                                                    self.trainer.precision)):
             raise ConfigError(refusal)
 
     def configure_optimizers(self) -> Any:
@@ -199,8 +201,7 @@ class RetrievalMethod(BatchScoring, Resumable, TrainingSkeleton, L.LightningModu
 
     def scored(self, emb: Embeddings, site: EvalSite) -> dict[str, Tensor]:
         """:meth:`similarities`, under autocast when ``eval_autocast`` is on (else as is)."""
-        with similarity_context(self.hparams.get("eval_autocast", False), self.trainer.precision,
-                                self.device.type):
+        with similarity_context(self.eval_autocast, self.trainer.precision, self.device.type):
             return self.similarities(emb, site)
 
     def on_validation_epoch_end(self) -> None:

@@ -97,7 +97,7 @@ def capture_scores(model: Any) -> dict[str, Any]:
 def test_once(cli: Any, ckpt: str, seen: dict[str, Any], autocast: bool) -> dict[str, Any]:
     """One ``trainer.test`` with ``eval_autocast`` set: wall time, similarity time, the first
     system's matrix and rSum (1K protocol)."""
-    cli.model.hparams.eval_autocast = autocast
+    cli.model.eval_autocast = autocast
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         logged = cli.trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt,
