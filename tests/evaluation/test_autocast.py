@@ -7,7 +7,11 @@ import pytest
 import torch
 
 from ncl.errors import ConfigError
-from ncl.evaluation.autocast import check_eval_autocast, eval_autocast_refusal, similarity_context
+from ncl.evaluation.autocast import (
+    check_eval_autocast,
+    eval_autocast_refusal,
+    similarity_context,
+)
 
 
 @pytest.mark.parametrize("value", ["maybe", 1, None])
