@@ -75,14 +75,16 @@ class Pretrained(RetrievalMethod):
         ensemble_name: name of the ensemble of all checkpoints (e.g. ``SGRAF``); default
             the model names joined by ``+``.
         eval_shard_size: images/captions per block of the similarity computation.
+        eval_autocast: the similarity under the trainer's autocast (see the base class).
     """
 
     def __init__(self, vocab_size: int, backbones: list[BackboneFactory], checkpoints: list[str],
                  combine: EnsembleCombine = "auto", evidence_tau: float | None = None,
                  names: list[str] | None = None, ensemble_name: str | None = None,
-                 eval_shard_size: int = 1000) -> None:
+                 eval_shard_size: int = 1000, eval_autocast: bool = False) -> None:
         _check_options(backbones, checkpoints, evidence_tau, names)
-        super().__init__(vocab_size, backbones[0], eval_shard_size=eval_shard_size)
+        super().__init__(vocab_size, backbones[0], eval_shard_size=eval_shard_size,
+                         eval_autocast=eval_autocast)
         loaded = [load_checkpoint(factory, path, vocab_size)
                   for factory, path in zip(backbones, checkpoints)]
         self.model_names = tuple(names) if names else default_names(checkpoints)

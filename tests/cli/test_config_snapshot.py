@@ -102,6 +102,9 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
         "read only with relation_loss batch (the caption rows' proxy, as the official file)",
     ("model.init_args.store_predictions", ABSENT, "pass"):
         "ReCon's p of Eq. 10 from the division pass as before; step is train_batch's",
+    ("model.init_args.eval_autocast", ABSENT, False):
+        "a new base option (the evaluation similarity under the trainer's autocast); off, the "
+        "similarity is float32 as before, so the run is the same",
 
 }
 
