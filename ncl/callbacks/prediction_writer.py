@@ -1,11 +1,13 @@
-"""The writer of ``ncl predict``: per-pair values from the predicted batch matrices, the GMM
-over the whole split (or DECL's uncertainty, ``--ranking uncertainty``), the ranked table
-(:mod:`ncl.evaluation.ranking` holds the pure parts).
+"""The writer of ``ncl predict``: per-pair values from the predicted batch matrices, the
+ranking's values over the whole split, the ranked table (:mod:`ncl.evaluation.ranking` holds
+the pure parts and the :class:`~ncl.evaluation.ranking.Ranking` interface).
 
-It works through two small protocols: the method gives each batch's score matrix and its
-default ranking (:class:`BatchScorer`: every method, :class:`~ncl.methods.scoring.BatchScoring`),
-the DataModule serves the
-chosen split (:class:`PredictData`, :class:`~ncl.data.datamodule.PrecompDataModule`).
+It works through small protocols and the ranking strategy: the method gives each batch's
+matrices and the rankings it offers (:class:`BatchScorer`: every method,
+:class:`~ncl.methods.scoring.BatchScoring`), the chosen :class:`~ncl.evaluation.ranking.Ranking`
+says what to compute, order and print, and the DataModule serves the chosen split
+(:class:`PredictData`, :class:`~ncl.data.datamodule.PrecompDataModule`). Nothing here names a
+ranking other than through that interface.
 """
 
 from __future__ import annotations
@@ -20,48 +22,31 @@ from torch import Tensor
 
 from ncl.data.datasets import PairDataset
 from ncl.errors import ConfigError
-from ncl.evaluation.ranked_output import (
-    check_options,
-    check_ranking,
-    report,
-    report_uncertainty,
-    write_outputs,
-)
+from ncl.evaluation.ranked_output import check_options, report, write_outputs
 from ncl.evaluation.ranking import (
     DEFAULT_MARGIN,
-    PairScores,
-    clean_probability,
-    detection_summary,
+    GMM,
+    Ranking,
+    Values,
+    choose_ranking,
     pair_values,
     ranked_table,
-    uncertainty_summary,
-    uncertainty_table,
-    uncertainty_values,
+    ranking_summary,
 )
 
 
 @runtime_checkable
 class BatchScorer(Protocol):
-    """A method whose ``predict_step`` returns ``{"index": (B,) int64, "scores": (B, B)}``:
-    the batch's averaged score matrix, images x captions, pair ``i`` on the diagonal; every
-    method has one (:class:`~ncl.methods.scoring.BatchScoring`). ``ranking`` is the ranking
-    it divides with, the default of ``--ranking``."""
+    """A method whose ``predict_step`` returns ``{"index": (B,) int64, "scores": (B, B), ...}``:
+    the batch's averaged score matrix, images x captions, pair ``i`` on the diagonal, plus
+    what :attr:`predict_ranking` needs (its :meth:`~ncl.evaluation.ranking.Ranking.predict`);
+    every method has one (:class:`~ncl.methods.scoring.BatchScoring`). ``rankings`` are the
+    rankings it offers, its own first (the default of ``--ranking``)."""
 
-    ranking: str
+    rankings: tuple[Ranking, ...]
+    predict_ranking: Ranking | None
 
     def batch_scores(self, batch: dict[str, Tensor]) -> Tensor: ...
-
-
-@runtime_checkable
-class EvidenceScorer(Protocol):
-    """A :class:`BatchScorer` that can also return DECL evidence: with ``predict_evidence``
-    set, its ``predict_step`` adds ``"evidence": (B, B)`` float64, the batch's averaged
-    ``exp(tanh(z) / tau)``; ``rule`` says whether its matrices are evidence (``"evidence"``)."""
-
-    rule: str
-    predict_evidence: bool
-
-    def batch_evidence(self, batch: dict[str, Tensor]) -> Tensor: ...
 
 
 @runtime_checkable
@@ -81,15 +66,12 @@ class RankedPairsWriter(BasePredictionWriter):
     """Ranks the pairs of a split by how likely they are mismatched (``ncl predict``).
 
     Every batch's pairs get their similarity and mean hinge (:func:`ncl.evaluation.ranking.pair_values`)
-    as the batch arrives; at the end of the epoch the two-component GMM of the losses of the
-    whole split gives each pair its clean probability, and the table (and its metrics, when
-    the ground truth is known) is written and summarised on screen. One device only: the
-    mixture is fitted on the whole split in one process.
-
-    With ``ranking="uncertainty"`` each batch's pairs also get DECL's uncertainty and
-    prediction from the batch's evidence (:func:`ncl.evaluation.ranking.uncertainty_values`, ``K`` = the
-    batch's size); no mixture is fitted, and the table has ``uncertainty`` and
-    ``predicted_clean`` instead of ``clean_probability``, most uncertain first.
+    and the ranking's own per-pair values (:meth:`~ncl.evaluation.ranking.Ranking.batch_values`)
+    as the batch arrives; at the end of the epoch the ranking computes what needs the whole
+    split (:meth:`~ncl.evaluation.ranking.Ranking.split_values`: ``gmm``'s two-component GMM
+    of the losses), and the table (and its metrics, when the ground truth is known) is
+    written and summarised on screen. One device only: the ranking needs the whole split in
+    one process.
 
     Args:
         out: the table to write, ``.csv`` or ``.parquet`` (Parquet needs pyarrow); a
@@ -100,13 +82,12 @@ class RankedPairsWriter(BasePredictionWriter):
         batch_size: pairs per scoring batch (the in-batch negatives of the mean hinge);
             default ``data.batch_size``, the co-divide's.
         margin: margin of the mean hinge (NCR's 0.2).
-        ranking: ``None`` (default): the method's own (:attr:`BatchScorer.ranking`: ``gmm``
-            for most, ``uncertainty`` for DECL). ``gmm``: the GMM clean probability of the mean hinge, ascending.
-            ``uncertainty``: DECL's Dirichlet uncertainty of the batch's evidence, descending
-            (ties by caption index), with DECL's argmax prediction; needs DECL evidence
-            (a DECL run, or ``model.combine`` resolving to ``evidence``: DECL checkpoints, or
-            ``--model.combine evidence``). ``K`` is the scoring batch's size
-            (``batch_size``).
+        ranking: one of the rankings the model offers (its ``rankings``); ``None`` (default):
+            the model's own, how it divides. ``gmm`` (every model): the GMM clean probability
+            of the mean hinge, ascending. Methods declare their own: ``uncertainty`` (DECL,
+            and ``eval_*`` configs over DECL checkpoints: DECL's Dirichlet uncertainty of the
+            batch's evidence, descending), ``structure`` (GSC: the structure-consistency
+            GMM's clean probability, ascending); see docs/usage.md.
     """
 
     #: The constructor's options, which are ``ncl predict``'s own (``--out`` ...).
@@ -115,30 +96,27 @@ class RankedPairsWriter(BasePredictionWriter):
     def __init__(self, out: str | None = None, split: str = "train", batch_size: int | None = None,
                  margin: float = DEFAULT_MARGIN, ranking: str | None = None) -> None:
         super().__init__(write_interval="batch")
-        self.out = check_options(out, split, batch_size, ranking)
+        self.out = check_options(out, split, batch_size)
         self.split, self.batch_size, self.margin, self.ranking = split, batch_size, margin, ranking
+        self.strategy: Ranking = GMM  # chosen in setup, from the model's rankings
         self._pairs: PairDataset | None = None
         self._true_clean: np.ndarray | None = None
-        self._similarity, self._loss = np.zeros(0), np.zeros(0)  # (N,) each once set up
-        self._uncertainty, self._predicted_clean = np.zeros(0), np.zeros(0, dtype=bool)
-        self._batch_sizes: list[int] = []  # K of every scored batch (uncertainty ranking)
+        self._values: Values = {}  # (N,) each once set up: similarity, loss, the ranking's own
+        self._batch_sizes: list[int] = []  # the size of every scored batch
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        """Check the run, choose the DataModule's split and make room for its values."""
+        """Check the run, choose the ranking among the model's, tell the model, choose the
+        DataModule's split and make room for its values."""
         if stage != "predict":
             return
         data = _check_run(trainer, pl_module)
-        if self.ranking is None:  # the method's own
-            self.ranking = check_ranking(pl_module.ranking, f"{_name(pl_module)}.ranking")  # type: ignore[union-attr]
-        if self.ranking == "uncertainty":
-            check_evidence(pl_module)
-            pl_module.predict_evidence = True  # type: ignore[union-attr]
+        self.strategy = choose_ranking(pl_module.rankings, self.ranking)  # type: ignore[union-attr]
+        self.strategy.check(pl_module)
+        pl_module.predict_ranking = self.strategy  # type: ignore[union-attr]
         data.use_predict_split(self.split, self.batch_size)
         self._pairs, self._true_clean = data.predict_pairs(), data.predict_clean_mask()
-        self._similarity = np.full(len(self._pairs), np.nan)  # (N,) float64
-        self._loss = np.full(len(self._pairs), np.nan)  # (N,) float64
-        self._uncertainty = np.full(len(self._pairs), np.nan)  # (N,) float64
-        self._predicted_clean = np.zeros(len(self._pairs), dtype=bool)  # (N,)
+        n = len(self._pairs)
+        self._values = {"similarity": np.full(n, np.nan), "loss": np.full(n, np.nan)}  # float64
         self._batch_sizes = []
 
     def write_on_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
@@ -148,46 +126,43 @@ class RankedPairsWriter(BasePredictionWriter):
         :class:`BatchScorer`)."""
         similarity, loss = pair_values(prediction["scores"], self.margin)  # (B,), (B,)
         index = prediction["index"].cpu().numpy()
-        self._similarity[index] = similarity.cpu().numpy()
-        self._loss[index] = loss.cpu().numpy()
-        if self.ranking == "uncertainty":
-            uncertainty, predicted_clean = uncertainty_values(prediction["evidence"])  # (B,), (B,)
-            self._uncertainty[index] = uncertainty.cpu().numpy()
-            self._predicted_clean[index] = predicted_clean.cpu().numpy()
-            self._batch_sizes.append(len(index))
+        self._store(index, {"similarity": similarity, "loss": loss,
+                            **self.strategy.batch_values(prediction)})
+        self._batch_sizes.append(len(index))
+
+    def _store(self, index: np.ndarray, batch_values: dict[str, Tensor]) -> None:
+        """Each ``(B,)`` value at its caption indices, in an ``(N,)`` array made on first sight
+        (floats: NaN until scored; other dtypes: zero)."""
+        n = len(self._pairs) if self._pairs is not None else 0
+        for key, value in batch_values.items():
+            array = value.detach().cpu().numpy()
+            if key not in self._values:
+                fill = np.nan if np.issubdtype(array.dtype, np.floating) else 0
+                self._values[key] = np.full(n, fill, dtype=array.dtype)
+            self._values[key][index] = array
 
     def on_predict_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Every pair scored: the mixture over the whole split, the table, the metrics."""
+        """Every pair scored: the ranking's split values, the table, the metrics."""
         pairs = self._pairs
         if pairs is None:
             return
-        if np.isnan(self._loss).any():  # a loader that skipped pairs (limit_predict_batches)
-            missing = int(np.isnan(self._loss).sum())
+        loss = self._values["loss"]
+        if np.isnan(loss).any():  # a loader that skipped pairs (limit_predict_batches)
+            missing = int(np.isnan(loss).sum())
             raise ConfigError(f"ncl predict scored {len(pairs) - missing} of {len(pairs)} pairs; "
                               "the ranking needs them all (remove trainer.limit_predict_batches)")
-        scores = PairScores(np.asarray(pairs.cap2img, dtype=np.int64), self._similarity, self._loss)
-        if self.ranking == "uncertainty":
-            self._write_uncertainty(scores, pairs)
-            return
-        prob = clean_probability(scores.loss)
+        values = {"image": np.asarray(pairs.cap2img, dtype=np.int64), **self._values}
+        values.update(self.strategy.split_values(values))
         summary = (None if self._true_clean is None
-                   else detection_summary(prob, scores.loss, self._true_clean))
-        write_outputs(ranked_table(scores, prob, pairs.split.captions), summary, self.out)
-        report(prob, summary, self.split, self.out)
-
-    def _write_uncertainty(self, scores: PairScores, pairs: PairDataset) -> None:
-        """``--ranking uncertainty``: the table by DECL uncertainty and its metrics (no GMM)."""
-        scores.uncertainty, scores.predicted_clean = self._uncertainty, self._predicted_clean
-        summary = (None if self._true_clean is None
-                   else uncertainty_summary(scores.uncertainty, scores.predicted_clean, self._true_clean))
-        write_outputs(uncertainty_table(scores, pairs.split.captions), summary, self.out)
-        report_uncertainty(scores, summary, self.split, self._batch_sizes, self.out)
+                   else ranking_summary(self.strategy, values, self._true_clean))
+        write_outputs(ranked_table(self.strategy, values, pairs.split.captions), summary, self.out)
+        report(self.strategy, values, summary, self.split, self._batch_sizes, self.out)
 
 
 def _check_run(trainer: L.Trainer, pl_module: L.LightningModule) -> PredictData:
     """The DataModule, once the run is one that can be ranked; one ConfigError otherwise."""
     if trainer.world_size > 1:
-        raise ConfigError(f"ncl predict runs on one device (the GMM is fitted on the whole split "
+        raise ConfigError(f"ncl predict runs on one device (the ranking needs the whole split "
                           f"in one process), got {trainer.world_size} processes; set "
                           f"--trainer.devices 1 --trainer.num_nodes 1")
     check_scorer(pl_module)
@@ -197,7 +172,6 @@ def _check_run(trainer: L.Trainer, pl_module: L.LightningModule) -> PredictData:
         raise ConfigError(f"ncl predict needs a DataModule that serves a chosen split "
                           f"(ncl.data.datamodule.PrecompDataModule or a subclass), got {got}")
     return data
-
 
 
 def _name(pl_module: Any) -> str:
@@ -211,22 +185,3 @@ def check_scorer(pl_module: L.LightningModule) -> None:
     if not isinstance(pl_module, BatchScorer):
         raise ConfigError(f"ncl predict needs a method that scores batches (an ncl method, "
                           f"ncl.methods.base.RetrievalMethod), got {_name(pl_module)}")
-
-
-def check_evidence(pl_module: L.LightningModule) -> None:
-    """Raise ConfigError unless ``pl_module``'s batch matrices are DECL evidence
-    (:class:`EvidenceScorer` with ``rule == "evidence"``), which ``--ranking uncertainty``
-    needs: DECL's uncertainty is defined on evidence, not on sigmoid scores."""
-    if not isinstance(pl_module, EvidenceScorer):
-        raise ConfigError(f"--ranking uncertainty needs a model that gives DECL evidence "
-                          f"(a DECL run, or ncl.methods.pretrained.Pretrained), got {_name(pl_module)}")
-    if pl_module.rule != "evidence":
-        if "combine" not in pl_module.hparams:  # a trained method: DECL alone gives evidence
-            raise ConfigError(f"--ranking uncertainty needs DECL evidence, but "
-                              f"{_name(pl_module)} gives sigmoid scores (only DECL's are "
-                              f"evidence); use --ranking gmm")
-        combine = pl_module.hparams.get("combine", "auto")
-        raise ConfigError(f"--ranking uncertainty needs DECL evidence, but model.combine "
-                          f"{combine} resolved to {pl_module.rule!r} (not every checkpoint is a "
-                          f"DECL checkpoint, or combine is forced to score); use DECL checkpoints, "
-                          f"--model.combine evidence, or --ranking gmm")

@@ -216,8 +216,7 @@ def check_prediction_options(sub_cfg: Any) -> None:
     application sets ``out`` then and calls this again. A training method without
     ``--ckpt_path`` is left to :func:`ncl.cli.checkpoint_options.check_trained_weights`."""
     if _get(sub_cfg, "out") is None and (_get(sub_cfg, "ckpt_path") or not _has_checkpoints(sub_cfg)):
-        check_options(None, _get(sub_cfg, "split"), _get(sub_cfg, "batch_size"),
-                      _get(sub_cfg, "ranking"), out_later=True)
+        check_options(None, _get(sub_cfg, "split"), _get(sub_cfg, "batch_size"), out_later=True)
         return
     out = prediction_writer(sub_cfg).out  # the writer checks its own options
     folder = out.parent.absolute()

@@ -2,8 +2,11 @@
 the metrics JSON beside it and the lines that say what was written.
 
 :class:`ncl.callbacks.prediction_writer.RankedPairsWriter` calls these once the pure parts
-(:mod:`ncl.evaluation.ranking`) have ranked the split; the application checks the options
-before anything is loaded (:func:`ncl.cli.parser.check_prediction_options`).
+(:mod:`ncl.evaluation.ranking`) have ranked the split; what differs between rankings comes
+from the :class:`~ncl.evaluation.ranking.Ranking` in use. The application checks the options
+before anything is loaded (:func:`ncl.cli.parser.check_prediction_options`); ``--ranking`` is
+checked against the model's own rankings once the model is built
+(:func:`ncl.evaluation.ranking.choose_ranking`).
 """
 
 from __future__ import annotations
@@ -15,11 +18,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 from ncl.data.predict_split import SPLITS
 from ncl.errors import ConfigError
-from ncl.evaluation.ranking import NOISY_BELOW, RANKINGS, PairScores
+from ncl.evaluation.ranking import Ranking, Values
 from ncl.io import atomic_write, atomic_write_text
 
 
@@ -39,15 +40,8 @@ def check_out(out: Path) -> None:
         raise ConfigError(f"--out {out} is a folder; give a file name")
 
 
-def check_ranking(ranking: str, option: str = "--ranking") -> str:
-    """``ranking``, or a ConfigError naming ``option`` when ncl cannot rank that way."""
-    if ranking not in RANKINGS:
-        raise ConfigError(f"{option} must be one of {', '.join(RANKINGS)}, got {ranking!r}")
-    return ranking
-
-
 def check_options(out: str | Path | None, split: str, batch_size: int | None,
-                  ranking: str | None = None, out_later: bool = False) -> Path | None:
+                  out_later: bool = False) -> Path | None:
     """The options of ``ncl predict``, checked before anything is loaded.
 
     Args:
@@ -58,17 +52,15 @@ def check_options(out: str | Path | None, split: str, batch_size: int | None,
         ``out`` as a Path (``None`` when missing and ``out_later``).
 
     Raises:
-        ConfigError: no ``--out`` (unless ``out_later``), an unknown split or ranking
-            (``None``: the method's own, checked when it is known), a batch of fewer than 2
-            pairs (the mean hinge needs an in-batch negative), or an output name
-            :func:`check_out` refuses.
+        ConfigError: no ``--out`` (unless ``out_later``), an unknown split, a batch of fewer
+            than 2 pairs (the mean hinge needs an in-batch negative), or an output name
+            :func:`check_out` refuses. (``--ranking`` depends on the model: checked when it is
+            built, :func:`ncl.evaluation.ranking.choose_ranking`.)
     """
     if out is None and not out_later:
         raise ConfigError("ncl predict needs --out FILE (.csv or .parquet)")
     if split not in SPLITS:
         raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
-    if ranking is not None:
-        check_ranking(ranking)
     if batch_size is not None and batch_size < 2:
         raise ConfigError(f"--batch_size must be at least 2, got {batch_size}")
     if out is None:
@@ -108,40 +100,18 @@ def write_outputs(table: dict[str, list], summary: dict[str, object] | None, out
         atomic_write_text(metrics_path(out), json.dumps(summary, indent=2) + "\n")
 
 
-def report(prob: np.ndarray, summary: dict[str, object] | None, split: str, out: Path) -> None:
-    """What was written, and the detection metrics when there is a ground truth."""
-    n_susp = int((prob < NOISY_BELOW).sum())
-    print(f"ncl predict: {len(prob)} pairs of the {split} split ranked, {n_susp} with clean "
-          f"probability < {NOISY_BELOW}: {out}")
+def report(ranking: Ranking, values: Values, summary: dict[str, object] | None, split: str,
+           batch_sizes: Sequence[int], out: Path) -> None:
+    """What was written (``ranking``'s :meth:`~ncl.evaluation.ranking.Ranking.headline`), and
+    the detection metrics when there is a ground truth; ``batch_sizes`` are the sizes of the
+    scoring batches seen."""
+    print(f"ncl predict: {ranking.headline(values, split, batch_sizes)}: {out}")
     if summary is None:
         print("ncl predict: no ground-truth clean mask (real noise or an evaluation split); "
               "no detection metrics")
     else:
         tops = ", ".join(f"{k} {v:.4f}" for k, v in summary["top_k_precision"].items())
-        print(f"ncl predict: noisy = clean probability < {NOISY_BELOW}: precision "
-              f"{summary['precision']:.4f}, recall {summary['recall']:.4f}, F1 {summary['f1']:.4f} "
-              f"({summary['n_noisy']} truly noisy); top-k precision: {tops}; {metrics_path(out)}")
-    sys.stdout.flush()
-
-
-def report_uncertainty(scores: PairScores, summary: dict[str, object] | None, split: str,
-                       batch_sizes: Sequence[int], out: Path) -> None:
-    """What ``--ranking uncertainty`` wrote, and its detection metrics when there is a ground
-    truth; ``batch_sizes`` are the sizes ``K`` of the scoring batches seen."""
-    if scores.predicted_clean is None:
-        raise ValueError("report_uncertainty needs scores.predicted_clean")
-    n_noisy = int((~scores.predicted_clean).sum())
-    sizes = sorted({int(b) for b in batch_sizes})
-    k = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}..{sizes[-1]}"
-    print(f"ncl predict: {len(scores.image)} pairs of the {split} split ranked by DECL uncertainty "
-          f"(K = batch size {k}), {n_noisy} predicted noisy (own caption not the batch's top "
-          f"evidence): {out}")
-    if summary is None:
-        print("ncl predict: no ground-truth clean mask (real noise or an evaluation split); "
-              "no detection metrics")
-    else:
-        tops = ", ".join(f"{key} {v:.4f}" for key, v in summary["top_k_precision"].items())
-        print(f"ncl predict: noisy = not the argmax (DECL): precision {summary['precision']:.4f}, "
+        print(f"ncl predict: noisy = {ranking.noisy_rule}: precision {summary['precision']:.4f}, "
               f"recall {summary['recall']:.4f}, F1 {summary['f1']:.4f} ({summary['n_noisy']} truly "
-              f"noisy); top-k precision of the uncertainty order: {tops}; {metrics_path(out)}")
+              f"noisy); top-k precision{ranking.order_label}: {tops}; {metrics_path(out)}")
     sys.stdout.flush()

@@ -15,7 +15,9 @@ number of Dirichlet "classes".
 * :func:`rdh_loss`: the Robust Dynamic Hinge per pair (spec 4.6.3): the top-``k`` violations
   of the ``tanh`` hinge matrices; :func:`hardness` gives ``k``.
 * :func:`correspondence_statistics`: the eval-mode correspondence prediction and the
-  uncertainty of each pair (spec 4.6.4 step 2).
+  uncertainty of each pair (spec 4.6.4 step 2); :func:`dirichlet_uncertainty`,
+  :func:`decl_predicted_clean` and :func:`uncertainty_values` give them in float64 for
+  ``ncl predict``'s ``uncertainty`` ranking (:mod:`ncl.methods.decl_ranking`).
 
 Precision. The evidence reaches ``e^10 ~ 2.2e4`` at ``tau = 0.1``, so a row sum ``S`` reaches
 ``~2.8e6`` at ``B = 128`` and ``lnGamma(S) ~ 4e7``. The KL is a difference of such terms: in
@@ -243,3 +245,49 @@ def correspondence_statistics(evidence_matrix: Tensor) -> Tensor:
     u_i2t = b / (e + 1.0).sum(dim=1)
     u_t2i = b / (e + 1.0).sum(dim=0)
     return torch.stack([predicted, u_i2t, u_t2i, normalised.diagonal()], dim=1).double()
+
+
+def dirichlet_uncertainty(evidence_matrix: Tensor) -> Tensor:
+    """DECL's uncertainty of each pair of a batch (spec 4.6.1, both directions summed), the
+    ``ncl predict`` ranking ``uncertainty``:
+    ``u_i = K / sum_j alpha_i2t[i, j] + K / sum_j alpha_t2i[i, j]`` with ``alpha_i2t = e + 1``,
+    ``alpha_t2i = e^T + 1`` and ``K = B``, from :func:`correspondence_statistics` in float64
+    (DECL's own pass computes in ``model.prediction_precision``, float32 by default; the
+    ensemble's evidence is float64, docs/switches.md "Ensemble precision").
+
+    Args:
+        evidence_matrix: ``(B, B)`` evidence ``e`` (images x captions, pair ``i`` on the
+            diagonal).
+
+    Returns:
+        ``(B,)`` float64 in ``(0, 2]``; 2 when the batch holds no evidence at all.
+    """
+    stats = correspondence_statistics(_float64(evidence_matrix))
+    return stats[:, 1] + stats[:, 2]
+
+
+def decl_predicted_clean(evidence_matrix: Tensor) -> Tensor:
+    """DECL's correspondence prediction for each pair of a batch (spec 4.6.4), in float64:
+    ``N = (e + e^T) / rowsum(e + e^T)``; pair ``i`` is predicted clean iff
+    ``argmax_j N[i, j] == i`` (the first maximum when several tie).
+
+    Args:
+        evidence_matrix: ``(B, B)`` evidence ``e`` (images x captions).
+
+    Returns:
+        ``(B,)`` bool, True = predicted clean.
+    """
+    return correspondence_statistics(_float64(evidence_matrix))[:, 0] > 0.5
+
+
+def uncertainty_values(evidence_matrix: Tensor) -> tuple[Tensor, Tensor]:
+    """``(uncertainty, predicted_clean)``, each ``(B,)``, of a batch's pairs from its
+    ``(B, B)`` evidence (:func:`dirichlet_uncertainty`, :func:`decl_predicted_clean`)."""
+    stats = correspondence_statistics(_float64(evidence_matrix))
+    return stats[:, 1] + stats[:, 2], stats[:, 0] > 0.5
+
+
+def _float64(evidence_matrix: Tensor) -> Tensor:
+    """``evidence_matrix`` in float64 once it is a non-empty ``(B, B)`` float matrix."""
+    check_square(evidence_matrix, "evidence_matrix")
+    return evidence_matrix.double()

@@ -1,8 +1,8 @@
 """ReCon's relation-consistency losses, per sample (Zha et al., CVPR 2025, Eq. 1-5, 13-15).
 
-Paper-derived, no reference code: the authors published a data loader and a similarity module
-only (spec 4.5, 3.7), so everything here follows the paper's equations; each choice the paper
-leaves open is an argument, named in ``docs/methods/recon.md``.
+Paper-derived: everything here follows the paper's equations; each choice the paper leaves open
+is an argument, named in ``docs/methods/recon.md``. The official model file's differing losses
+(``model/ReCon.py`` at 2a40dcf) are in :mod:`ncl.losses.recon_official`.
 
 * :func:`cross_modal_relation_loss` - ``L_CM`` (Eq. 2): the bidirectional InfoNCE of a pair,
   ``-y_i (log p_ii^v2l + log p_ii^l2v)``, and the average matching probability ``p`` of Eq. 10.

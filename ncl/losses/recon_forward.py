@@ -1,7 +1,9 @@
 """ReCon's forward of a batch through a fine-grained backbone (SGR/SAF): the ``(B, B)`` scores
 ``g``, the intra-modal relation loss ``L_IM`` per pair (Eq. 3-4), and the per-sample values of
-its division pass (``l^CM``, ``L_IM``, ``p``; Sect. 3.3, Eq. 6 and 10). Paper-derived, no
-reference code except ``score``, whose default is the published similarity module's.
+its division pass (``l^CM``, ``L_IM``, ``p``; Sect. 3.3, Eq. 6 and 10). Paper-derived, except
+``score`` (the published similarity module's default) and ``relation="batch"``: the relation
+loss of the official model file (``model/ReCon.py`` at 2a40dcf), per row
+(:mod:`ncl.losses.recon_official`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from torch import Tensor, nn
 from ncl.data.augment import REGION_FILL_VALUE
 from ncl.errors import ConfigError
 from ncl.models.contracts import encode_images
+from ncl.models.similarity import EncoderSimilarity
+from ncl.models.sgraf_relations import batch_relations
 from ncl.losses.recon import (
     IntraModalTerms,
     RelationKL,
@@ -24,9 +28,11 @@ from ncl.losses.recon import (
     intra_modal_relation_loss,
     item_mask,
 )
+from ncl.losses.recon_official import TextProxy, official_relation_terms
 
 Score = Literal["logits", "sigmoid"]
 RelationFeatures = Literal["embeddings", "inputs"]
+RelationLoss = Literal["pair", "batch"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,14 @@ class RelationOptions:
             cosine 1 in ``C_VV`` that the un-augmented division pass never sees.
         temperature, kl, rows, detach_proxy: see
             :func:`~ncl.losses.recon.intra_modal_relation_loss`.
+        relation: ``pair`` (the paper, Eq. 3-4: region and word relations within each pair;
+            every option above applies) or ``batch`` (the official model file: image-image and
+            text-text ``(B, B)`` relations through the SGRAF head, per-row symmetric KL against
+            the arg-max partners' relations, :func:`~ncl.losses.recon_official.official_relation_terms`;
+            ``features``, ``temperature``, ``kl``, ``rows``, ``detach_proxy`` and
+            ``mask_filled_regions`` are not read).
+        text_proxy: with ``batch``, what the caption rows are compared with (``captions``:
+            as published; ``images``: the mirror of the image rows).
     """
 
     score: Score = "logits"
@@ -55,6 +69,8 @@ class RelationOptions:
     rows: RowReduction = "sum"
     detach_proxy: bool = False
     mask_filled_regions: bool = True
+    relation: RelationLoss = "pair"
+    text_proxy: TextProxy = "captions"
 
 
 def check_backbone(net: nn.Module, options: RelationOptions) -> None:
@@ -66,6 +82,10 @@ def check_backbone(net: nn.Module, options: RelationOptions) -> None:
     if options.features == "inputs" and not isinstance(embed, nn.Embedding):
         raise ConfigError(f"model.relation_features=inputs reads the word vectors of "
                           f"txt_enc.embed, which {type(net).__name__} lacks: use embeddings")
+    if options.relation == "batch" and not isinstance(getattr(net, "sim_enc", None),
+                                                      EncoderSimilarity):
+        raise ConfigError(f"model.relation_loss=batch scores relations with the SGRAF head "
+                          f"(sim_enc), which {type(net).__name__} lacks: use pair")
 
 
 def unfilled_regions(images: Tensor, image_lengths: Tensor | None = None,
@@ -84,7 +104,9 @@ def unfilled_regions(images: Tensor, image_lengths: Tensor | None = None,
 
 def relation_forward(net: nn.Module, batch: dict[str, Tensor], options: RelationOptions,
                      relations: bool = True) -> tuple[Tensor, IntraModalTerms | None]:
-    """Encode a batch once; return its ``(B, B)`` scores and (optionally) ``L_IM`` per pair."""
+    """Encode a batch once; return its ``(B, B)`` scores and (optionally) ``L_IM`` per pair
+    (with ``options.relation="batch"``: the official relation loss per row, whose published
+    scalar is :func:`~ncl.losses.recon_official.official_relation_loss`)."""
     img = encode_images(net, batch)  # (B, R, E)
     cap = net.encode_captions(batch["tokens"], batch["lengths"])  # (B, L, E)
     if img.dim() != 3 or cap.dim() != 3:
@@ -94,6 +116,9 @@ def relation_forward(net: nn.Module, batch: dict[str, Tensor], options: Relation
     sims = score(img, cap, batch["lengths"])  # (B, B)
     if not relations:
         return sims, None
+    if options.relation == "batch":
+        r_v, r_t = batch_relations(net.sim_enc, img, cap, batch["lengths"])  # (B, B) each
+        return sims, official_relation_terms(r_v, r_t, sims, options.text_proxy)
     region_features = word_features = None
     if options.features == "inputs":
         region_features = batch["images"]  # (B, R, D)

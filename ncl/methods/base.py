@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ncl.callbacks.protocols import EpochDiagnostics
 from ncl.data.contracts import check_features_fit
 from ncl.errors import ConfigError
+from ncl.evaluation.autocast import check_eval_autocast, eval_autocast_refusal, similarity_context
 from ncl.evaluation.epoch_end import finish_test, finish_validation
 from ncl.evaluation.metric import Embeddings, Evaluation, RetrievalEvaluation, score_networks
 from ncl.evaluation.nonfinite import EvalSite, check_finite_loss
@@ -52,6 +53,9 @@ class RetrievalMethod(BatchScoring, Resumable, TrainingSkeleton, L.LightningModu
         lr_update: learning rate times 0.1 every ``lr_update`` epochs (step schedule).
         grad_clip: max global gradient norm (2.0 in every official script); 0 disables.
         eval_shard_size: images/captions per block when computing evaluation similarities.
+        eval_autocast: compute the evaluation's similarity matrices under autocast in the
+            trainer's low dtype (``bf16-mixed``: bf16) instead of float32; needs a ``*-mixed``
+            ``trainer.precision`` (:mod:`ncl.evaluation.autocast`, docs/precision.md).
         n_networks: independent networks built from ``backbone`` (2 for co-teaching).
         select_warmup: whether a warm-up epoch may become the best checkpoint (false: its
             ``val/rsum_selected`` is -1; see :meth:`selectable`).
@@ -63,14 +67,17 @@ class RetrievalMethod(BatchScoring, Resumable, TrainingSkeleton, L.LightningModu
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
-                 grad_clip: float = 2.0, eval_shard_size: int = 1000, n_networks: int = 1,
-                 select_warmup: bool = False, diagnostics: bool = True) -> None:
+                 grad_clip: float = 2.0, eval_shard_size: int = 1000, eval_autocast: bool = False,
+                 n_networks: int = 1, select_warmup: bool = False, diagnostics: bool = True) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["backbone", "optimizer"])  # a subclass's options too
+        # a subclass's options too; eval_autocast is how this command evaluates, not part of
+        # the trained model: a checkpoint that stored it would override `ncl test`'s choice
+        self.save_hyperparameters(ignore=["backbone", "optimizer", "eval_autocast"])
         if n_networks < 1:
             raise ConfigError(f"model.n_networks must be >= 1, got {n_networks}")
         if lr_update < 1:
             raise ConfigError(f"model.lr_update must be >= 1 epoch, got {lr_update}")
+        self.eval_autocast = check_eval_autocast(eval_autocast)
         self.nets = nn.ModuleList([backbone(vocab_size) for _ in range(n_networks)])
         self.backbone_factory = backbone  # re-initialisation (self-refining pieces)
         if n_networks > 1:
@@ -93,9 +100,13 @@ class RetrievalMethod(BatchScoring, Resumable, TrainingSkeleton, L.LightningModu
         return EpochDiagnostics()
 
     def setup(self, stage: str) -> None:
-        """Check that the data's region count and feature size fit the backbone."""
+        """Check that the data's region count and feature size fit the backbone, and that
+        ``eval_autocast`` has a low dtype to use."""
         check_features_fit(getattr(self.trainer, "datamodule", None),
                            dict(zip(self.network_names, self.nets)))
+        if stage != "predict" and (refusal := eval_autocast_refusal(self.eval_autocast,
+                                                                    self.trainer.precision)):
+            raise ConfigError(refusal)
 
     def configure_optimizers(self) -> Any:
         """One optimiser per network, then the method's :meth:`extra_optimizers`, each with
@@ -186,7 +197,12 @@ class RetrievalMethod(BatchScoring, Resumable, TrainingSkeleton, L.LightningModu
         """Gather this epoch's embeddings over the ranks, score them, run ``protocols``."""
         site = EvalSite.of(self._trainer, type(self).__name__)
         im_div = int(site.split.im_div) if site.split is not None else 1
-        return self.evaluation.compute(partial(self.similarities, site=site), im_div, protocols)
+        return self.evaluation.compute(partial(self.scored, site=site), im_div, protocols)
+
+    def scored(self, emb: Embeddings, site: EvalSite) -> dict[str, Tensor]:
+        """:meth:`similarities`, under autocast when ``eval_autocast`` is on (else as is)."""
+        with similarity_context(self.eval_autocast, self.trainer.precision, self.device.type):
+            return self.similarities(emb, site)
 
     def on_validation_epoch_end(self) -> None:
         if not self.trainer.sanity_checking and self.evaluation.cap_index:  # sanity: steps only

@@ -51,7 +51,7 @@ class _Baseline(RetrievalMethod):
     Args:
         clean_only: train on the ground-truth clean pairs only (the "-C" oracle).
         **kwargs: the options of :class:`~ncl.methods.base.RetrievalMethod` (``lr_update``,
-            ``grad_clip``, ``eval_shard_size``, ``select_warmup``).
+            ``grad_clip``, ``eval_shard_size``, ``eval_autocast``, ``select_warmup``).
     """
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,

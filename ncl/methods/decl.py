@@ -42,6 +42,7 @@ from ncl.callbacks.refinement import MomentumRefinement
 from ncl.data.contracts import retrieval_data
 from ncl.division.detection import prefixed
 from ncl.errors import ConfigError
+from ncl.evaluation.ranking import GMM, Ranking
 from ncl.losses.decl import (
     RdhReduction,
     correspondence_statistics,
@@ -52,12 +53,19 @@ from ncl.losses.decl import (
     reduce_rdh,
 )
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
-from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
+from ncl.methods.decl_ranking import UNCERTAINTY
+from ncl.methods.declaration import (
+    BENCHMARK_WARMUP,
+    TINY_RUN_ARGS,
+    MethodSpec,
+    RegressionCase,
+    Row,
+)
 from ncl.methods.skeleton import LrSchedule, check_ranges
 from ncl.metrics.noise_detection import detection_metrics
 from ncl.models.contracts import forward_logits
-from ncl.training.state import PerSampleState, overwrite
 from ncl.streams import declare_stream
+from ncl.training.state import PerSampleState, overwrite
 
 #: Stream id of the prediction pass's shuffle (:mod:`ncl.streams`).
 PREDICTION_STREAM = declare_stream(41, "decl.prediction")
@@ -149,8 +157,9 @@ class DECL(RetrievalMethod):
         page="decl.md", config_prefixes=("decl_",))
 
     #: ``ncl predict`` ranks a DECL run by its own division: the Dirichlet uncertainty of the
-    #: batch's evidence (``--ranking gmm`` still ranks it by the GMM of the mean hinge).
-    ranking: ClassVar[str] = "uncertainty"
+    #: batch's evidence (:mod:`ncl.methods.decl_ranking`); ``--ranking gmm`` still ranks it by
+    #: the GMM of the mean hinge.
+    rankings: ClassVar[tuple[Ranking, ...]] = (UNCERTAINTY, GMM)
     #: Its matrices are evidence, ``exp(tanh(z) / tau)`` (the test ensembles average them too).
     rule = "evidence"
 

@@ -34,10 +34,12 @@ from ncl.data.contracts import retrieval_data
 from ncl.division.detection import prefixed
 from ncl.division.gsc import update_targets
 from ncl.errors import ConfigError
+from ncl.evaluation.ranking import GMM, Ranking
 from ncl.losses.gsc import gsc_objective, info_nce
 from ncl.losses.triplet import triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
 from ncl.methods.declaration import TINY_RUN_ARGS, MethodSpec, RegressionCase, Row
+from ncl.methods.gsc_ranking import STRUCTURE
 from ncl.methods.skeleton import check_ranges
 from ncl.metrics.noise_detection import detection_metrics
 from ncl.models.contracts import encode_images
@@ -82,6 +84,9 @@ class GSC(RetrievalMethod):
         regression={"gsc": RegressionCase("gsc_sgr_f30k.yaml", (*TINY_RUN_ARGS, "--model.gamma=1.0"))},
         page="gsc.md", config_prefixes=("gsc_",))
     default_lr_schedule = "after_warmup"  # the official main loop counts its own epochs
+    #: ``ncl predict`` ranks a GSC run by its own division: the structure-consistency GMM
+    #: (:mod:`ncl.methods.gsc_ranking`); ``--ranking gmm`` ranks it by the mean hinge's GMM.
+    rankings: ClassVar[tuple[Ranking, ...]] = (STRUCTURE, GMM)
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = default_optimizer, lr_update: int = 15,

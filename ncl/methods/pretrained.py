@@ -24,7 +24,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from torch import Tensor, nn
 
@@ -36,8 +36,10 @@ from ncl.evaluation.nonfinite import (
     check_finite_embeddings,
     check_finite_similarities,
 )
+from ncl.evaluation.ranking import GMM, Ranking
 from ncl.evaluation.sharded import rank_sharded_similarity
 from ncl.methods.base import BackboneFactory, RetrievalMethod
+from ncl.methods.decl_ranking import UNCERTAINTY
 from ncl.models.loading import LoadedModel, load_checkpoint
 
 #: ``combine`` values: :data:`~ncl.evaluation.combine.Combine` plus ``"logits"``, the mean of
@@ -73,14 +75,16 @@ class Pretrained(RetrievalMethod):
         ensemble_name: name of the ensemble of all checkpoints (e.g. ``SGRAF``); default
             the model names joined by ``+``.
         eval_shard_size: images/captions per block of the similarity computation.
+        eval_autocast: the similarity under the trainer's autocast (see the base class).
     """
 
     def __init__(self, vocab_size: int, backbones: list[BackboneFactory], checkpoints: list[str],
                  combine: EnsembleCombine = "auto", evidence_tau: float | None = None,
                  names: list[str] | None = None, ensemble_name: str | None = None,
-                 eval_shard_size: int = 1000) -> None:
+                 eval_shard_size: int = 1000, eval_autocast: bool = False) -> None:
         _check_options(backbones, checkpoints, evidence_tau, names)
-        super().__init__(vocab_size, backbones[0], eval_shard_size=eval_shard_size)
+        super().__init__(vocab_size, backbones[0], eval_shard_size=eval_shard_size,
+                         eval_autocast=eval_autocast)
         loaded = [load_checkpoint(factory, path, vocab_size)
                   for factory, path in zip(backbones, checkpoints)]
         self.model_names = tuple(names) if names else default_names(checkpoints)
@@ -147,6 +151,12 @@ class Pretrained(RetrievalMethod):
     # ``predict_step``, ``batch_scores`` and ``batch_evidence`` are the base class's
     # (:class:`~ncl.methods.scoring.BatchScoring`); what differs is the mean (the models with
     # equal weight) and each network's temperature, from its checkpoint.
+
+    #: ``gmm`` by default; DECL's ``uncertainty`` when the checkpoints' matrices are evidence
+    #: (:attr:`rule`; the ranking's check says so otherwise). Rankings that need a method's
+    #: own networks (GSC's ``structure``) are offered by that method's fit-config form only.
+    rankings: ClassVar[tuple[Ranking, ...]] = (GMM, UNCERTAINTY)
+
     def evidence_taus(self) -> tuple[float, ...]:
         """Each network's evidence temperature (:attr:`taus`)."""
         return self.taus

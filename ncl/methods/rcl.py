@@ -52,7 +52,7 @@ class RCL(RetrievalMethod):
             (0, 1) and the single-negative ablations); ``None`` (default): the run's
             ``seed_everything``.
         **kwargs: the options of :class:`~ncl.methods.base.RetrievalMethod` (``lr_update``,
-            ``grad_clip``, ``eval_shard_size``, ``select_warmup``).
+            ``grad_clip``, ``eval_shard_size``, ``eval_autocast``, ``select_warmup``).
     """
 
     spec: ClassVar[MethodSpec] = MethodSpec(

@@ -1,7 +1,8 @@
 """ReCon (CVPR 2025): relation consistency learning with a three-way division into clean,
-locally associated and noisy pairs. Paper-derived, no reference code: the authors published a
-data loader, an options file and a similarity module, never the training loop (spec 4.5, 3.7);
-every choice the paper leaves open is an option, with its reason in ``docs/methods/recon.md``.
+locally associated and noisy pairs. Paper-derived by default; the official model file
+(``model/ReCon.py`` at 2a40dcf; no training script) is reachable by switch where it differs
+(``warmup_loss``, ``rank_loss``, ``relation_loss``, ``store_predictions``); every choice either
+leaves open is an option, with its reason in ``docs/methods/recon.md``.
 
 One network (SGR or SAF; "ReCon-SGRAF" is the test-time average of a separately trained SGR and
 SAF). Epochs ``0 .. warmup_epochs - 1`` (``eta``) train the hinge triplet (Eq. 12). Every later
@@ -20,9 +21,10 @@ division and the pseudo-label table ``y~`` (a :class:`~ncl.training.state.PerSam
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 import lightning as L
+import torch
 from torch import Tensor
 
 from ncl.callbacks.division import GMMDivision
@@ -33,11 +35,14 @@ from ncl.division.three_way import (PseudoLabelInit, PseudoLabelScope, ThreeWayC
                                     ThreeWayDivision, divide_three_way, intra_modal_discrepancy,
                                     penalty_factor)
 from ncl.division.detection import three_way
+from ncl.errors import ConfigError
 from ncl.losses import Negatives, triplet_loss
 from ncl.losses.recon import (SUBSET_CLEAN, SUBSET_LOCAL, SUBSET_NOISY, RelationKL, RowReduction,
                               cross_modal_relation_loss, relation_consistency_objective)
-from ncl.losses.recon_forward import (RelationFeatures, RelationOptions, Score, check_backbone,
-                                      division_values, relation_forward)
+from ncl.losses.recon_forward import (RelationFeatures, RelationLoss, RelationOptions, Score,
+                                      check_backbone, division_values, relation_forward)
+from ncl.losses.recon_official import (TextProxy, info_nce_rows, official_rank_loss,
+                                       official_relation_loss)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
 from ncl.methods.skeleton import LrSchedule, check_ranges
@@ -46,6 +51,9 @@ from ncl.streams import declare_stream
 
 PenaltySource = Literal["division", "step"]
 Reduction = Literal["mean", "sum"]
+WarmupLoss = Literal["triplet", "infonce"]
+RankLoss = Literal["paper", "official"]
+PredictionSource = Literal["pass", "step"]
 
 #: Stream id of the division pass's shuffle (:func:`~ncl.training.passes.pass_order`;
 #: :mod:`ncl.streams` keeps the ids unique).
@@ -124,6 +132,12 @@ class ReCon(RetrievalMethod):
         lr_schedule: [PD] ``after_warmup`` (NCR: warm-up epochs at lr0, then the step
             schedule counts the epochs after it) or ``global`` (counts from epoch 0).
         reduction: [PD] ``mean`` (the expected risks of Eq. 2 and 5) or ``sum`` over the batch.
+        warmup_loss: ``triplet`` (Eq. 12) or ``infonce`` (official branch: image-to-text only).
+        rank_loss: ``paper`` (Eq. 13-15 per subset) or ``official`` (``xi y_hat (l^v2l +
+            l^l2v) / 2`` on every pair).
+        relation_loss: ``pair`` (Eq. 3-4, per subset) or ``batch`` (official); with it
+            ``relation_text_proxy`` ``captions`` (as published). store_predictions: ``p`` of
+            Eq. 10 from the division ``pass`` or each ``step`` (official).
     """
 
     spec: ClassVar[MethodSpec] = MethodSpec(
@@ -152,13 +166,16 @@ class ReCon(RetrievalMethod):
                  xi_on_noisy: bool = False, penalty_source: PenaltySource = "division",
                  division_interval: int = 1, division_batch_size: int | None = None,
                  gmm_seed: int | None = 0, lr_schedule: LrSchedule = "after_warmup",
-                 reduction: Reduction = "mean", **kwargs: Any) -> None:
+                 reduction: Reduction = "mean", warmup_loss: WarmupLoss = "triplet",
+                 rank_loss: RankLoss = "paper", relation_loss: RelationLoss = "pair",
+                 relation_text_proxy: TextProxy = "captions",
+                 store_predictions: PredictionSource = "pass", **kwargs: Any) -> None:
         super().__init__(vocab_size, backbone, n_networks=1, **kwargs)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
         _check_ranges(self.hparams)
         self.relation = RelationOptions(score, relation_features, relation_temperature,
                                         relation_kl, relation_rows, detach_proxy,
-                                        mask_filled_regions)
+                                        mask_filled_regions, relation_loss, relation_text_proxy)
         # Without "Tru.": y^IM lies in [0, 1), so a threshold of 1 sends every rough-clean pair
         # to D_c, exactly the ablation (L_IM is still trained on D_c, as the paper says).
         self.division_config = ThreeWayConfig(omega1, omega2 if true_positive else 1.0, alpha,
@@ -167,6 +184,7 @@ class ReCon(RetrievalMethod):
         # Training state (checkpointed, identical on every rank):
         self.division: ThreeWayDivision | None = None
         self.pseudo_labels = PerSampleState(1, fill=1.0)  # y~ (Eq. 10)
+        self.step_predictions = PerSampleState(1, fill=-1.0)  # p per step (official); -1: none
 
     def method_callbacks(self) -> list[L.Callback]:
         """The division (its diagnostics: the base's ``diagnostics`` option)."""
@@ -178,8 +196,9 @@ class ReCon(RetrievalMethod):
         if stage != "fit":
             return
         n = len(retrieval_data(self.trainer, "ReCon").train_pairs())
-        if not self.pseudo_labels.ready or self.pseudo_labels.num_samples != n:
-            self.pseudo_labels.reset(n)
+        for table in (self.pseudo_labels, self.step_predictions):
+            if not table.ready or table.num_samples != n:
+                table.reset(n)
 
     # ------------------------------------------------------------------ division (GMMDivisible)
     def division_due(self, epoch: int) -> bool:
@@ -206,6 +225,9 @@ class ReCon(RetrievalMethod):
         """Eq. 7-11 (:func:`~ncl.division.three_way.divide_three_way`) on the ``(1, N, 3)``
         values and ``(1, N)`` GMM probabilities, with the previous pseudo-labels."""
         cm_loss, im_loss, prediction = values[0].float().unbind(dim=1)  # (N,) each
+        if self.hparams.store_predictions == "step":  # the steps' p where a step stored one
+            stored = self.step_predictions.values[0]
+            prediction = torch.where(stored < 0, prediction, stored.to(prediction))
         previous = None if self.division is None else self.pseudo_labels.values[0]
         self.division, pseudo = divide_three_way(epoch, cm_loss, im_loss, prediction, clean_prob[0],
                                                  previous, self.division_config)
@@ -213,13 +235,15 @@ class ReCon(RetrievalMethod):
 
     def training_state(self) -> dict[str, Any]:
         return {"division": None if self.division is None else self.division.state(),
-                "pseudo_labels": self.pseudo_labels.state_dict()}
+                "pseudo_labels": self.pseudo_labels.state_dict(),
+                "step_predictions": self.step_predictions.state_dict()}
 
     def load_training_state(self, state: dict[str, Any]) -> None:
         saved = state.get("division")
         self.division = ThreeWayDivision.from_state(saved)
-        if state.get("pseudo_labels") is not None:
-            self.pseudo_labels.load_state_dict(state["pseudo_labels"])
+        for name in ("pseudo_labels", "step_predictions"):
+            if state.get(name) is not None:
+                getattr(self, name).load_state_dict(state[name])
 
     # ------------------------------------------------------------------ training
     def reduce(self, per_pair: Tensor) -> Tensor:
@@ -231,30 +255,40 @@ class ReCon(RetrievalMethod):
         return self.relation_step(batch)
 
     def warmup_step(self, batch: dict[str, Tensor]) -> Tensor:
-        """The triplet warm-up (Eq. 12) on the batch's scores."""
+        """The triplet warm-up (Eq. 12) or the official file's image-to-text InfoNCE."""
         hp = self.hparams
         sims, _ = relation_forward(self.net, batch, self.relation, relations=False)  # (B, B)
-        loss = self.reduce(triplet_loss(sims.float(), hp.margin, negatives=hp.warmup_negatives))
-        self.log_train({"loss": loss, "warmup_triplet": loss}, batch_size=sims.shape[0])
+        loss = self.reduce(info_nce_rows(sims.float(), hp.tau).loss if hp.warmup_loss == "infonce"
+                           else triplet_loss(sims.float(), hp.margin, negatives=hp.warmup_negatives))
+        self.log_train({"loss": loss, f"warmup_{hp.warmup_loss}": loss}, batch_size=sims.shape[0])
         return loss
 
     def relation_step(self, batch: dict[str, Tensor]) -> Tensor:
-        """Eq. 13-15 on a batch mixing the division's three subsets (paper-derived, no
-        reference code: one loader with per-pair labels, as Eq. 2's "contributions ...
-        adjusted according to their corresponding supervisions y" reads)."""
+        """Eq. 13-15 (or ``train_batch``'s losses, per switch) on a batch mixing the three
+        subsets (paper-derived: one loader with per-pair labels, as Eq. 2's "contributions ...
+        adjusted according to their corresponding supervisions y" reads; so does the file)."""
         hp, division = self.hparams, self.division
         sims, im = relation_forward(self.net, batch, self.relation)  # (B, B), L_IM (B,)
-        cm = cross_modal_relation_loss(sims.float(), None, hp.tau)
         index = batch["index"].cpu()
-        subset = division.subset[index].to(sims.device)
+        subset, labels = (t[index].to(sims.device) for t in (division.subset, division.labels))
         if hp.penalty_source == "division":
             penalty = division.penalty[index]
         else:
             penalty = penalty_factor(intra_modal_discrepancy(im.loss.detach().cpu()), hp.alpha)
-        per_pair = relation_consistency_objective(
-            cm.loss, im.loss, subset, division.labels[index].to(sims.device),
-            penalty.to(sims.device), hp.xi, hp.xi_on_noisy)
+        official_rank, batch_relation = hp.rank_loss == "official", hp.relation_loss == "batch"
+        cm = (official_rank_loss(sims.float(), labels, hp.tau) if official_rank  # y_hat-weighted
+              else cross_modal_relation_loss(sims.float(), None, hp.tau))
+        none = torch.zeros_like(cm.loss)  # Eq. 13-15 are linear in L_CM, L_IM: shares are exact
+        per_pair = hp.xi * cm.loss if official_rank else relation_consistency_objective(
+            cm.loss, none, subset, labels, penalty.to(sims.device), hp.xi, hp.xi_on_noisy)
+        if not batch_relation:
+            per_pair = per_pair + relation_consistency_objective(
+                none, im.loss, subset, labels, penalty.to(sims.device), hp.xi, hp.xi_on_noisy)
         loss = self.reduce(per_pair)
+        if batch_relation:  # one scalar over the whole batch, as published
+            loss = loss + official_relation_loss(im)
+        if hp.store_predictions == "step":
+            self.step_predictions.scatter(0, batch["index"], cm.prediction)
         size = float(subset.numel())
         self.log_train({"loss": loss, "cross_modal": cm.loss.mean(), "intra_modal": im.loss.mean(),
                         "clean_fraction": float((subset == SUBSET_CLEAN).sum()) / size,
@@ -284,6 +318,11 @@ class ReCon(RetrievalMethod):
 
 def _check_ranges(hp: Any) -> None:
     """Raise ConfigError (a ValueError) naming the offending ``model.*`` option."""
+    choices = {"warmup_loss": WarmupLoss, "rank_loss": RankLoss, "relation_loss": RelationLoss,
+               "relation_text_proxy": TextProxy, "store_predictions": PredictionSource}
+    for name, kind in choices.items():
+        if hp[name] not in get_args(kind):
+            raise ConfigError(f"model.{name} must be one of {get_args(kind)}, got {hp[name]!r}")
     check_ranges(hp, integers={"warmup_epochs": 0, "division_interval": 1},
                  positive=["margin", "tau", "alpha", "relation_temperature"], nonnegative=["xi"],
                  unit=["omega1", "omega2", "beta"], batch_sizes=["division_batch_size"])

@@ -1,14 +1,15 @@
-"""What every method gives ``ncl predict``: each batch's score matrix (and, for a method whose
-scores are DECL evidence, the batch's evidence), averaged over its networks as evaluation
-averages them, and the ranking that suits the method.
+"""What every method gives ``ncl predict``: the rankings it offers, each batch's score matrix
+(and, for a method whose scores are DECL evidence, the batch's evidence), averaged over its
+networks as evaluation averages them.
 
 :class:`BatchScoring` is mixed into :class:`~ncl.methods.base.RetrievalMethod`, so every
-trained method implements the writer's protocols
-(:class:`~ncl.callbacks.prediction_writer.BatchScorer`, ``EvidenceScorer``) and
+trained method implements the writer's protocol
+(:class:`~ncl.callbacks.prediction_writer.BatchScorer`) and
 ``ncl predict --config <fit config> --ckpt_path best`` ranks pairs with the run's own networks.
-A method sets what differs as class attributes: :attr:`BatchScoring.ranking` (the default of
-``--ranking``: how the method itself divides, e.g. DECL's ``"uncertainty"``),
-:attr:`BatchScoring.rule` (``"evidence"`` when its matrices are DECL evidence) and
+A method sets what differs as class attributes: :attr:`BatchScoring.rankings` (the
+:class:`~ncl.evaluation.ranking.Ranking` strategies it offers, its own first: the default of
+``--ranking``; e.g. DECL's ``uncertainty``, GSC's ``structure``, declared in their own
+modules), :attr:`BatchScoring.rule` (``"evidence"`` when its matrices are DECL evidence) and
 :meth:`BatchScoring.evidence_taus`. :class:`~ncl.methods.pretrained.Pretrained` overrides the
 mean (models with equal weight) and its rule and temperatures come from its checkpoints.
 """
@@ -22,6 +23,7 @@ from torch import Tensor, nn
 
 from ncl.errors import ConfigError
 from ncl.evaluation.combine import evidence, hierarchical_mean
+from ncl.evaluation.ranking import GMM, Ranking
 from ncl.models.contracts import forward_batch, forward_logits
 
 
@@ -30,18 +32,19 @@ class BatchScoring:
 
     nets: nn.ModuleList
 
-    #: The ranking ``ncl predict`` uses unless ``--ranking`` says otherwise: ``"gmm"`` (the
-    #: two-component GMM of the mean hinge, the co-divide of NCR and its successors) or
-    #: ``"uncertainty"`` (DECL's Dirichlet uncertainty of the batch's evidence).
-    ranking: ClassVar[str] = "gmm"
+    #: The rankings ``ncl predict`` offers for this method, the method's own first (the
+    #: default of ``--ranking``): ``gmm`` (the two-component GMM of the mean hinge, the
+    #: co-divide of NCR and its successors) in the base; every method keeps ``gmm``.
+    rankings: ClassVar[tuple[Ranking, ...]] = (GMM,)
 
     #: ``"evidence"`` when the method's matrices are DECL evidence (then
     #: :meth:`batch_evidence` works and ``--ranking uncertainty`` is allowed), else ``"score"``.
     rule: str = "score"
 
-    #: Set by ``ncl predict`` under the uncertainty ranking (the writer's ``setup``, only when
-    #: :attr:`rule` is ``"evidence"``): :meth:`predict_step` then also returns the evidence.
-    predict_evidence: bool = False
+    #: The ranking in use, set by ``ncl predict`` (the writer's ``setup``): what
+    #: :meth:`predict_step` computes (:meth:`~ncl.evaluation.ranking.Ranking.predict`);
+    #: ``None``: the score matrix alone.
+    predict_ranking: Ranking | None = None
 
     def evidence_taus(self) -> tuple[float, ...]:
         """The evidence temperature of every network (only read under ``rule == "evidence"``)."""
@@ -69,6 +72,13 @@ class BatchScoring:
         """
         return self._batch_matrices(batch, scores=False)[1]
 
+    def scores_and_evidence(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """``(scores, evidence)``, each ``(B, B)`` float64, as :meth:`batch_scores` and
+        :meth:`batch_evidence` give them, from one pass of the networks."""
+        scores, ev = self._batch_matrices(batch, scores=True)
+        assert scores is not None
+        return scores, ev
+
     def _batch_matrices(self, batch: dict[str, Tensor], scores: bool) -> tuple[Tensor | None, Tensor]:
         """``(scores, evidence)``, each ``(B, B)`` float64 and averaged as in
         :meth:`batch_scores` / :meth:`batch_evidence`, from one pass of the networks: the
@@ -86,11 +96,9 @@ class BatchScoring:
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         """``ncl predict``'s step: ``{"index": (B,) int64 caption indices, "scores": (B, B)
-        float64}`` (:meth:`batch_scores`), plus ``"evidence": (B, B) float64``
-        (:meth:`batch_evidence`) when :attr:`predict_evidence` is set (both then from one
-        pass of the networks); the per-pair values and the ranking are
+        float64}`` (:meth:`batch_scores`) plus what the ranking in use needs
+        (:attr:`predict_ranking`'s :meth:`~ncl.evaluation.ranking.Ranking.predict`, e.g.
+        DECL's ``"evidence"``); the per-pair values and the ranking are
         :class:`~ncl.callbacks.prediction_writer.RankedPairsWriter`'s."""
-        if not self.predict_evidence:
-            return {"index": batch["index"], "scores": self.batch_scores(batch)}
-        scores, ev = self._batch_matrices(batch, scores=True)
-        return {"index": batch["index"], "scores": scores, "evidence": ev}
+        ranking = self.predict_ranking or GMM
+        return {"index": batch["index"], **ranking.predict(self, batch)}

@@ -57,7 +57,8 @@ NOT_RECORDED = ("ckpt_path", "fresh_if_missing", "override_run", "allow_untraine
 #: resume may change them freely (the change is still recorded).
 FREE = ("data.init_args.eval_batch_size", "data.init_args.num_workers", "data.init_args.nan_check",
         "data.init_args.nan_check_samples", "data.init_args.test_protocols",
-        "model.init_args.eval_shard_size", "model.init_args.backbone.init_args.similarity_strategy",
+        "model.init_args.eval_shard_size", "model.init_args.eval_autocast",
+        "model.init_args.backbone.init_args.similarity_strategy",
         "model.init_args.backbone.init_args.chunk_size")
 #: The options that describe the run itself: a resume must keep them (or say --override_run).
 RUN_OPTIONS = ("model.", "data.")

@@ -69,6 +69,7 @@ from benchlib import (
     print_header,
     run_worker_child,
     threads_env,
+    top1_agreement,
 )
 
 F30K_VOCAB = 8481
@@ -537,11 +538,7 @@ def report_pass(args: argparse.Namespace, results: dict[str, dict]) -> None:
 def compare_matrices(reference: str, other: str) -> tuple[float, float, float]:
     """Two saved score matrices: the largest absolute difference, and the shares of rows
     (images, i2t) and of columns (captions, t2i) whose top-1 is the same in both."""
-    ref, sims = torch.load(reference), torch.load(other)
-    diff = (sims - ref).abs().max().item()
-    i2t = (sims.argmax(1) == ref.argmax(1)).double().mean().item()
-    t2i = (sims.argmax(0) == ref.argmax(0)).double().mean().item()
-    return diff, i2t, t2i
+    return top1_agreement(torch.load(reference), torch.load(other))
 
 
 def report_eval(args: argparse.Namespace, results: dict[str, dict]) -> None:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout
 
@@ -99,3 +100,13 @@ def run_worker_child(script: str, argv: list[str], worker: str, *,
 def threads_env(threads: int, base: dict[str, str] | None = None) -> dict[str, str]:
     """``base`` (default: this process's environment) with ``OMP_NUM_THREADS=threads``."""
     return dict(os.environ if base is None else base, OMP_NUM_THREADS=str(threads))
+
+
+def top1_agreement(reference: Any, other: Any) -> tuple[float, float, float]:
+    """Two ``(N_img, N_cap)`` score matrices (torch tensors): the largest absolute difference,
+    and the shares of images (rows, i2t) and of captions (columns, t2i) whose top-1 match is the
+    same in both."""
+    diff = (other.float() - reference.float()).abs().max().item()
+    i2t = (other.argmax(1) == reference.argmax(1)).double().mean().item()
+    t2i = (other.argmax(0) == reference.argmax(0)).double().mean().item()
+    return diff, i2t, t2i

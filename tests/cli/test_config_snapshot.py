@@ -90,6 +90,21 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
     ("model.init_args.bmm_density_clamp", ABSENT, 1e-06):
         "L2RM's clamp of x in the Beta density, now an option; its default is the clamp the "
         "mixture always had (the pomegranate fork's x_eps), so the run is the same",
+    # issue 40 item 6: ReCon's official model file (model/ReCon.py at 2a40dcf) behind switches;
+    # every default is the paper reading the configs had, so the run is the same
+    ("model.init_args.warmup_loss", ABSENT, "triplet"):
+        "ReCon's warm-up: triplet (Eq. 12) as before; infonce is the official file's other branch",
+    ("model.init_args.rank_loss", ABSENT, "paper"):
+        "ReCon's rank loss: Eq. 13-15 per subset as before; official is train_batch's",
+    ("model.init_args.relation_loss", ABSENT, "pair"):
+        "ReCon's relation loss: Eq. 3-4 within each pair as before; batch is train_batch's",
+    ("model.init_args.relation_text_proxy", ABSENT, "captions"):
+        "read only with relation_loss batch (the caption rows' proxy, as the official file)",
+    ("model.init_args.store_predictions", ABSENT, "pass"):
+        "ReCon's p of Eq. 10 from the division pass as before; step is train_batch's",
+    ("model.init_args.eval_autocast", ABSENT, False):
+        "a new base option (the evaluation similarity under the trainer's autocast); off, the "
+        "similarity is float32 as before, so the run is the same",
 
 }
 

@@ -14,7 +14,13 @@ import yaml
 
 from ncl.cli import main
 from ncl.data.datamodule import SyntheticDataModule
-from ncl.evaluation.ranking import COLUMNS, detection_summary, suspicion_order, top_k_precision
+from ncl.evaluation.ranking import (
+    COLUMNS,
+    GMM,
+    ranking_summary,
+    suspicion_order,
+    top_k_precision,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = {"img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16, "sim_dim": 8}
@@ -119,7 +125,8 @@ def test_detection_summary_on_hand_built_numbers() -> None:
     prob = np.array([0.1, 0.2, 0.4, 0.6, 0.9, 0.95])
     loss = np.zeros(6)
     true_clean = np.array([False, False, True, False, True, True])
-    s = detection_summary(prob, loss, true_clean, top_k=4)
+    s = ranking_summary(GMM, {"clean_probability": prob, "loss": loss}, true_clean, top_k=4)
+    assert list(s)[:2] == ["threshold", "n_pairs"] and s["threshold"] == 0.5  # the JSON's keys
     assert s["n_noisy"] == 3 and s["predicted_noisy"] == 3
     assert s["precision"] == pytest.approx(2 / 3) and s["recall"] == pytest.approx(2 / 3)
     assert s["f1"] == pytest.approx(2 / 3)

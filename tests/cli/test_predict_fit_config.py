@@ -17,8 +17,9 @@ import torch
 import yaml
 from launch import ncl_here
 
-from ncl.evaluation.ranking import COLUMNS, RANKINGS, UNCERTAINTY_COLUMNS
+from ncl.evaluation.ranking import COLUMNS, GMM, Ranking
 from ncl.methods.decl import DECL
+from ncl.methods.decl_ranking import UNCERTAINTY
 from ncl.methods.declaration import declarations
 from ncl.methods.rcl import RCL
 
@@ -112,8 +113,7 @@ def test_a_bad_ckpt_path_is_one_error_line(rcl_run: tuple[Path, Path, Path]) -> 
     line = _error_line(_predict(cwd, override))
     assert line.startswith("ncl: error: ncl predict: no --ckpt_path")
     line = _error_line(_predict(cwd, override, "--ckpt_path", "best", "--ranking", "uncertainty"))
-    assert line.startswith("ncl: error: --ranking uncertainty needs DECL evidence")
-    assert "ncl.methods.rcl.RCL gives sigmoid scores" in line
+    assert line == "ncl: error: --ranking must be one of gmm, got 'uncertainty'"  # RCL's rankings
     assert not (run / "predictions").exists()
 
 
@@ -149,7 +149,7 @@ def test_a_decl_run_ranks_by_uncertainty_by_default(tmp_path: Path, synthetic_ca
     assert result.returncode == 0, result.stderr
     assert "ranked by DECL uncertainty" in result.stdout
     rows = _rows(run / "predictions" / "train.csv")
-    assert tuple(rows[0]) == UNCERTAINTY_COLUMNS
+    assert tuple(rows[0]) == UNCERTAINTY.table_columns()
     uncertainty = [float(r["uncertainty"]) for r in rows]
     assert uncertainty == sorted(uncertainty, reverse=True) and len(set(uncertainty)) > 2
 
@@ -158,9 +158,17 @@ def test_a_decl_run_ranks_by_uncertainty_by_default(tmp_path: Path, synthetic_ca
     assert tuple(_rows(run / "predictions" / "train.csv")[0]) == COLUMNS  # --ranking overrides
 
 
-def test_every_method_declares_a_ranking_ncl_has() -> None:
-    assert RCL.ranking == "gmm" and DECL.ranking == "uncertainty"
+def test_every_method_declares_its_rankings_and_keeps_gmm() -> None:
+    """``rankings`` on every method class: Ranking strategies with distinct names, ``gmm``
+    among them (every method can be ranked by the GMM of the mean hinge), the first the
+    default of ``--ranking``."""
+    assert RCL.rankings == (GMM,) and DECL.rankings == (UNCERTAINTY, GMM)
     for declared in declarations():
         module, name = declared.class_path.rsplit(".", 1)
         cls = getattr(__import__(module, fromlist=[name]), name)
-        assert cls.ranking in RANKINGS, declared.class_path
+        names = [r.name for r in cls.rankings]
+        assert all(isinstance(r, Ranking) for r in cls.rankings), declared.class_path
+        assert GMM in cls.rankings and len(set(names)) == len(names), declared.class_path
+        for ranking in cls.rankings:  # the table frame: keys first, the pair's values last
+            assert ranking.table_columns()[:3] == COLUMNS[:3]
+            assert ranking.table_columns()[-2:] == COLUMNS[-2:]

@@ -23,23 +23,24 @@ from helpers_official import DECL_OPT, ncl_checkpoint, official_checkpoint
 from ncl.cli import main
 from ncl.data.datamodule import SyntheticDataModule
 from ncl.errors import ConfigError
-from ncl.evaluation.ranked_output import check_options
 from ncl.evaluation.ranking import (
     COLUMNS,
-    UNCERTAINTY_COLUMNS,
-    PairScores,
-    decl_predicted_clean,
-    dirichlet_uncertainty,
-    uncertainty_order,
-    uncertainty_summary,
-    uncertainty_table,
+    GMM,
+    choose_ranking,
+    ranked_table,
+    ranking_summary,
 )
+from ncl.losses.decl import decl_predicted_clean, dirichlet_uncertainty
+from ncl.methods.decl import DECL
+from ncl.methods.decl_ranking import UNCERTAINTY, uncertainty_order
 from ncl.methods.pretrained import Pretrained
 from ncl.models import SGRAF
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = {"img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16, "sim_dim": 8}
 NOISE = {"noise_type": "caption", "noise_ratio": 0.4, "noise_seed": 0, "noise_file": None}
+UNCERTAINTY_COLUMNS = ("caption_index", "image_index", "caption", "uncertainty", "predicted_clean",
+                       "similarity", "loss")
 BATCH = 13  # 300 pairs: 22 batches of 13 and a last one of 14 (a tail of one merged)
 
 
@@ -106,33 +107,39 @@ def test_ties_and_limits() -> None:
 
 def test_uncertainty_summary_on_hand_built_numbers() -> None:
     # predicted noisy: 0, 1, 4; truly noisy: 0, 2, 3. Order by uncertainty: 3, 0, 1, 2, 4
-    uncertainty = np.array([0.9, 0.8, 0.7, 1.5, 0.1])
-    predicted_clean = np.array([False, False, True, True, False])
+    values = {"uncertainty": np.array([0.9, 0.8, 0.7, 1.5, 0.1]),
+              "predicted_clean": np.array([False, False, True, True, False])}
     true_clean = np.array([False, True, False, False, True])
-    s = uncertainty_summary(uncertainty, predicted_clean, true_clean, top_k=4)
+    s = ranking_summary(UNCERTAINTY, values, true_clean, top_k=4)
+    assert list(s)[:2] == ["ranking", "prediction"]  # the JSON's first keys, as before
     assert s["ranking"] == "uncertainty" and s["n_noisy"] == 3 and s["predicted_noisy"] == 3
     assert s["precision"] == pytest.approx(1 / 3) and s["recall"] == pytest.approx(1 / 3)
     assert s["f1"] == pytest.approx(1 / 3)
     # top-3 = 3, 0, 1 (two noisy); top-4 adds 2 (noisy)
     assert s["top_k_precision"] == {"k=3": pytest.approx(2 / 3), "k=4": pytest.approx(3 / 4)}
     with pytest.raises(ValueError, match="one shape"):
-        uncertainty_summary(uncertainty, predicted_clean[:4], true_clean)
+        ranking_summary(UNCERTAINTY, values, true_clean[:4])
 
 
 def test_uncertainty_table_columns_and_order() -> None:
-    scores = PairScores(image=np.array([5, 6, 7]), similarity=np.array([0.1, 0.2, 0.3]),
-                        loss=np.array([1.0, 2.0, 3.0]), uncertainty=np.array([0.4, 1.2, 0.4]),
-                        predicted_clean=np.array([True, False, True]))
-    table = uncertainty_table(scores, ["a", "b", "c"])
-    assert tuple(table) == UNCERTAINTY_COLUMNS
+    values = {"image": np.array([5, 6, 7]), "similarity": np.array([0.1, 0.2, 0.3]),
+              "loss": np.array([1.0, 2.0, 3.0]), "uncertainty": np.array([0.4, 1.2, 0.4]),
+              "predicted_clean": np.array([True, False, True])}
+    table = ranked_table(UNCERTAINTY, values, ["a", "b", "c"])
+    assert tuple(table) == UNCERTAINTY_COLUMNS == UNCERTAINTY.table_columns()
     assert table["caption_index"] == [1, 0, 2] and table["caption"] == ["b", "a", "c"]
     assert table["image_index"] == [6, 5, 7] and table["predicted_clean"] == [False, True, True]
     assert table["uncertainty"] == [1.2, 0.4, 0.4] and table["loss"] == [2.0, 1.0, 3.0]
 
 
-def test_unknown_ranking_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="--ranking must be one of gmm, uncertainty, got 'dirichlet'"):
-        check_options(tmp_path / "x.csv", "train", None, "dirichlet")
+def test_unknown_ranking_is_refused() -> None:
+    with pytest.raises(ConfigError, match="^--ranking must be one of uncertainty, gmm, got 'dirichlet'$"):
+        choose_ranking(DECL.rankings, "dirichlet")
+    with pytest.raises(ConfigError, match="^--ranking must be one of gmm, uncertainty, got 'structure'$"):
+        choose_ranking(Pretrained.rankings, "structure")
+    assert choose_ranking(DECL.rankings, None) is UNCERTAINTY  # the method's own
+    assert choose_ranking(Pretrained.rankings, None) is GMM
+    assert choose_ranking(DECL.rankings, "gmm") is GMM
 
 
 # ------------------------------------------------------------------ Pretrained
@@ -181,7 +188,7 @@ def test_batch_evidence_is_the_mean_of_the_networks_evidence(
     with torch.no_grad():
         hand = [torch.exp(torch.tanh(_logits(n, batch).double()) / 0.1) for n in (sgr, saf)]
         ev = model.batch_evidence(batch)
-        model.predict_evidence = True
+        model.predict_ranking = UNCERTAINTY
         step = model.predict_step(batch, 0)
         scores = model.batch_scores(batch)
     assert ev.dtype == torch.float64 and ev.shape == (BATCH, BATCH)

@@ -12,7 +12,9 @@ from tiny_runs import TINY_SGRAF
 
 from ncl.errors import ConfigError
 from ncl.evaluation.combine import evidence
+from ncl.evaluation.ranking import GMM
 from ncl.methods.decl import DECL
+from ncl.methods.decl_ranking import UNCERTAINTY
 from ncl.methods.ncr import NCR
 from ncl.models.sgraf import SGRAF
 
@@ -39,7 +41,7 @@ def test_two_networks_average_their_scores() -> None:
     assert out["scores"].dtype == torch.float64 and out["scores"].shape == (B, B)
     torch.testing.assert_close(out["scores"], (each[0] + each[1]) / 2, rtol=0, atol=1e-12)
     assert not torch.allclose(each[0], each[1])  # two networks, so the mean is a mean
-    assert method.ranking == "gmm" and method.rule == "score"
+    assert method.rankings == (GMM,) and method.rule == "score"
     with pytest.raises(ConfigError, match="NCR's model.combine resolved to 'score'"):
         method.batch_evidence(batch)
 
@@ -47,7 +49,7 @@ def test_two_networks_average_their_scores() -> None:
 def test_decl_gives_its_evidence_at_its_own_tau() -> None:
     torch.manual_seed(0)
     method = DECL(50, BACKBONE, tau=0.2).eval()
-    method.predict_evidence = True
+    method.predict_ranking = UNCERTAINTY
     batch = _batch()
     with torch.no_grad():
         out = method.predict_step(batch, 0)
@@ -58,4 +60,4 @@ def test_decl_gives_its_evidence_at_its_own_tau() -> None:
     torch.testing.assert_close(out["evidence"], evidence(z, 0.2), rtol=1e-12, atol=0)
     torch.testing.assert_close(out["evidence"], torch.exp(torch.tanh(z.double()) / 0.2), rtol=1e-12, atol=0)
     torch.testing.assert_close(out["scores"], torch.sigmoid(z).double(), rtol=0, atol=1e-12)
-    assert method.ranking == "uncertainty"
+    assert method.rankings == (UNCERTAINTY, GMM)

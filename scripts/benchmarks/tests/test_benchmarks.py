@@ -191,3 +191,23 @@ def test_gpu_check_allow_cpu_toy_writes_the_markdown_summary(tmp_path: Path) -> 
                                                                           "bf16-encode"]
     assert "--trainer.precision bf16-mixed" in text and "- exit status: 0" in text
     assert re.search(r"- last validation rSum: \d+\.\d", text)
+
+
+def test_bench_eval_autocast_tests_a_checkpoint_in_float32_and_with_the_option_off_and_on(
+        tmp_path: Path) -> None:
+    from launch import ncl_here
+    from tiny_runs import METHODS, method_config
+
+    config = method_config(tmp_path / "rcl", tmp_path / "cache", METHODS["rcl"], max_epochs=1, steps=1)
+    fitted = ncl_here("fit", "--config", str(config), cwd=tmp_path)
+    assert fitted.returncode == 0, fitted.stderr[-3000:]
+    (ckpt,) = (tmp_path / "rcl").rglob("last.ckpt")
+    argv = ("--ckpt", str(ckpt), "--config", str(config), "--rounds", "1")
+    out = run_bench("bench_eval_autocast", *argv).stdout
+    assert_header(out, "bench_eval_autocast", argv)
+    assert re.search(r"torch\.ops\.mkldnn\._is_mkldnn_bf16_supported\(\) (True|False)", out)
+    rows = table_rows(out, "eval")
+    assert [row[1:3] for row in rows] == [["fp32", "1"], ["off", "1"], ["on", "1"]]
+    assert rows[0][6:10] == ["0.00e+00", "100.0%", "100.0%", "100.0%"]  # the reference itself
+    assert re.search(r"time ratio off/on \(best of 1\): test [\d.]+, similarity [\d.]+", out)
+    assert re.search(r"on against off: max \|diff\| \S+, top-1 same i2t [\d.]+%", out)
