@@ -328,8 +328,7 @@ def building_error(err: BaseException, cfg: Any, libraries: Sequence[str] = _LIB
         return None
     message = " ".join(str(inner).split("\n", 1)[0].split()) or type(inner).__name__
     named = [(key, value) for key, value in _leaves(cfg)
-             if re.search(rf"\b{re.escape(key.rsplit('.', 1)[-1])}\b", message)
-             and not isinstance(value, (dict, list))]
+             if re.search(rf"\b{re.escape(key.rsplit('.', 1)[-1])}\b", message) and _plain_value(value)]
     # the option the message names first is the one it is about ("`val_check_interval` (1000)
     # must be less than ... set `limit_val_batches` to 0.0 instead")
     named.sort(key=lambda item: re.search(rf"\b{re.escape(item[0].rsplit('.', 1)[-1])}\b",
@@ -338,6 +337,14 @@ def building_error(err: BaseException, cfg: Any, libraries: Sequence[str] = _LIB
         return None
     option = f"{_plain(named[0][0])}={named[0][1]}: " if named else ""
     return f"{option}{message}"
+
+
+def _plain_value(value: Any) -> bool:
+    """Whether an option's value can be shown in one line: a number or string, or a list of
+    them (``devices [0, 1]``), not a group of options or a list of classes."""
+    if isinstance(value, list):
+        return all(isinstance(item, (int, float, str)) for item in value)
+    return not isinstance(value, dict)
 
 
 def run_error(err: BaseException, cfg: Any) -> str | None:

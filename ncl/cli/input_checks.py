@@ -231,12 +231,22 @@ def _accelerator_error(value: Any) -> str | None:
             f"torch can use; use {available}")
 
 
+def check_groups(sub_cfg: Any) -> None:
+    """Raise ConfigError when a config file gives ``trainer`` a value that is not a mapping of
+    its options (``trainer: 5`` parsed, then failed with a traceback when the logger was set)."""
+    trainer = sub_cfg.get("trainer", None) if hasattr(sub_cfg, "get") else None
+    if trainer is not None and not hasattr(trainer, "get"):
+        raise ConfigError(f"trainer is {trainer!r}, but it must be a mapping of trainer options "
+                          f"(such as trainer: {{max_epochs: 6}})")
+
+
 def check_trainer_values(sub_cfg: Any) -> None:
     """Raise ConfigError for trainer values Lightning refuses only while building, without
     naming the option (``devices 0``, ``accelerator gpu`` on a CPU machine, a ``max_time``
     that is not ``DD:HH:MM:SS``)."""
+    check_groups(sub_cfg)
     trainer = sub_cfg.get("trainer") if hasattr(sub_cfg, "get") else None
-    if trainer is None or not hasattr(trainer, "get"):
+    if trainer is None:
         return
     line = _devices_error(trainer.get("devices")) or _accelerator_error(trainer.get("accelerator"))
     max_time = trainer.get("max_time")
@@ -409,7 +419,11 @@ def check_optimizer(sub_cfg: Any) -> None:
 
 # ---------------------------------------------------------------- wrong types and choices
 _TYPE_NAMES = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
-               "pathlib.Path": "a path"}
+               "pathlib.Path": "a path", "list": "a list", "dict": "a mapping"}
+#: A class path a user may give for an option, by the option's last name (for the error line).
+_CLASS_EXAMPLES = {"optimizer": "torch.optim.Adam", "backbone": "ncl.models.SGRAF",
+                   "callbacks": "lightning.pytorch.callbacks.ModelCheckpoint",
+                   "logger": "lightning.pytorch.loggers.CSVLogger"}
 
 
 def _allowed(text: str) -> str:
@@ -441,8 +455,9 @@ def _not_importable(key: str, value: str, message: str) -> str | None:
         return None
     reason = re.search(r"(module '[\w.]+' has no attribute '\w+'|No module named '[\w.]+')", message)
     why = f" ({reason.group(1)})" if reason else ""
-    return (f"{_plain(key)} {value!r} is not valid: it must be an importable class path "
-            f"(such as torch.optim.Adam){why}")
+    example = _CLASS_EXAMPLES.get(_plain(key).rsplit(".", 1)[-1])
+    such = f" (such as {example})" if example else ""
+    return f"{_plain(key)} {value!r} is not valid: it must be an importable class path{such}{why}"
 
 
 def subclasses(base: type) -> set[type]:
@@ -507,6 +522,9 @@ def value_error_line(message: str) -> str | None:
         hint = f"; did you mean {nearest}?" if nearest else ""
         return (f"--{key} {value}: no such class; ncl's are {', '.join(names)} (or a full "
                 f"class_path){hint}")
+    path = re.search(r"Expected a path but (\S+) either not accessible or invalid", message)
+    if path is not None and inner is None and nested is None:  # --trainer.callbacks+=NoSuch
+        return _not_importable(key, path.group(1), message)
     allowed = _allowed(text)
     if not allowed:
         return None

@@ -49,6 +49,10 @@ FILES: dict[str, str | None] = {
     "cb.yaml": ("trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
                "      init_args: {monitr: val/rsum}\n"),
     "compose.yaml": "compose: [data/nope.yaml]\n",
+    "m2.yaml": "model:\n  tauu: 1\n", "d2.yaml": "data:\n  batch_sizee: 3\n", "t5.yaml": "trainer: 5\n",
+    "cbl.yaml": "trainer:\n  callbacks: 3\n",
+    "lg.yaml": ("trainer:\n  logger:\n    class_path: lightning.pytorch.loggers.CSVLogger\n"
+               "    init_args: {save_dirr: x}\n"),
 }
 
 
@@ -323,6 +327,37 @@ CASES = [
      2, E + "unknown option trainer.callbacks...monitr in a --config file: ModelCheckpoint has no option"),
     ('file compose missing', ["fit", "--config", "{tmp}/compose.yaml"],
      2, E + 'config file {tmp}/data/nope.yaml does not exist'),
+    ('file model key without init_args', fit("--config", "{tmp}/m2.yaml"),
+     2, E + "unknown option model.tauu in a --config file: RCL has no option 'tauu'; did you mean model.tau?"),
+    ('file data key without init_args', fit("--config", "{tmp}/d2.yaml"),
+     2, E + "unknown option data.batch_sizee in a --config file: SyntheticDataModule has no option 'batch_sizee'"),
+    ('file logger key', fit("--config", "{tmp}/lg.yaml"),
+     2, E + "unknown option trainer.logger.init_args.save_dirr in a --config file: CSVLogger has no option"),
+    ('cli --data.batch_sizee', fit("--data.batch_sizee", "3"),
+     2, E + "unknown option --data.batch_sizee: SyntheticDataModule has no option 'batch_sizee'; did you mean"),
+    # group and class-path shapes
+    ('file trainer: 5', fit("--config", "{tmp}/t5.yaml"),
+     2, E + "trainer is 5, but it must be a mapping of trainer options"),
+    ('file callbacks: 3', fit("--config", "{tmp}/cbl.yaml"),
+     2, E + "trainer.callbacks '3' is not valid: it must be a list"),
+    ('cli callback class bogus', fit("--trainer.callbacks+=NoSuchCallback"),
+     2, E + "trainer.callbacks 'NoSuchCallback' is not valid: it must be an importable class path (such as"),
+    ('cli backbone class bogus', fit("--model.backbone", "NoSuchNet"),
+     2, E + "model.backbone 'NoSuchNet' is not valid: it must be an importable class path (such as ncl.models.SGRAF)"),
+    ('data class bogus', fit("--data", "NoSuchData"),
+     2, E + "--data NoSuchData: no such class; ncl's are PrecompDataModule, SyntheticDataModule"),
+    ('noise_ratio abc', fit("--data.noise_ratio", "abc"),
+     2, E + "data.noise_ratio 'abc' is not valid: it must be a number"),
+    ('max_epochs 1.5', fit("--trainer.max_epochs", "1.5"),
+     2, E + "trainer.max_epochs '1.5' is not valid: it must be an integer"),
+    ('devices []', fit("--trainer.devices", "[]"),
+     2, E + "trainer.devices is [], but it must be a number of devices (1 or more)"),
+    ('devices [0,1] on cpu', fit("--trainer.devices", "[0,1]"),
+     2, E + "trainer.devices=[0, 1]: `devices` selected with `CPUAccelerator` should be an int > 0."),
+    ('validate no ckpt', sub("validate"),
+     2, E + "ncl validate: no --ckpt_path, so this would score the model's untrained initial weights"),
+    ('predict no out no ckpt', sub("predict", "--allow_untrained", "true"),
+     2, E + "ncl predict needs --out FILE (.csv or .parquet)"),
     # subcommands
     ('no subcommand', [],
      2, E + 'no subcommand given; one of fit, validate, test, predict, data (ncl --help says what each'),
