@@ -42,14 +42,14 @@ from ncl.data.datasets import Batch, PairDataset
 from ncl.data.samplers import global_seed
 from ncl.division import CleanRule
 from ncl.division.co_divide import Division, co_divide_record, division_made_for, mean_hinge
-from ncl.errors import ConfigError
 from ncl.division.in2r_queue import (EmbeddingQueue, enqueue_mask, mean_clean_probability,
                                      nearest_neighbours, rectified_targets)
+from ncl.errors import ConfigError
 from ncl.losses.in2r import labelled_loss, rectified_loss, warmup_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.methods.declaration import MethodSpec, Row
-from ncl.methods.in2r_support import (check_pooled_backbone, check_queue_fits, gather_queues,
-                                      own_queues)
+from ncl.methods.in2r_support import (augmented, check_pooled_backbone, check_queue_fits,
+                                      gather_queues, own_queues)
 from ncl.methods.reports import co_divide_report
 from ncl.methods.skeleton import check_ranges
 from ncl.models.contracts import encode_images
@@ -95,6 +95,9 @@ class IN2R(RetrievalMethod):
         enqueue_mean: the mean clean probability a pair's ``w`` must exceed to be queued: the
             network's ``own`` (code; ``w`` is the peer's) or the ``peer``'s (the same division).
         clip_refiners: clip the refiners with the network (code: not clipped).
+        augmentation: the official training loader's augmentation (tokens and regions, 20 % each;
+            :func:`~ncl.methods.in2r_support.augmented`); the division pass reads the pairs as
+            stored (official ``eval_train`` reads augmented ones: docs/methods/in2r.md).
         seed: seed of the plans and the division shuffle; ``None``: the run's seed.
     """
 
@@ -119,7 +122,8 @@ class IN2R(RetrievalMethod):
                  i2t: bool = False, t2i: bool = False, correction_weight: float = 0.5,
                  refiner: Refiner = "graph", refiner_heads: int = 4, refiner_dropout: float = 0.1,
                  retrieve_from: Side = "peer", enqueue_mean: Side = "own",
-                 clip_refiners: bool = False, seed: int | None = None, **kwargs: Any) -> None:
+                 clip_refiners: bool = False, augmentation: bool = True, seed: int | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(vocab_size, backbone, optimizer=optimizer, lr_update=lr_update,
                          n_networks=2, **kwargs)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
@@ -176,7 +180,9 @@ class IN2R(RetrievalMethod):
                                  clean=self.division.clean if cotrain else None,
                                  with_unlabelled=True, limit=trainer.limit_train_batches,
                                  rank=trainer.global_rank, world=trainer.world_size)
-        return PlanLoader(StepDataset(pairs, steps), dm.num_workers,
+        source = (augmented(pairs, epoch, self.plan_seed, dm.vocab_size) if self.hparams.augmentation
+                  else pairs)
+        return PlanLoader(StepDataset(source, steps), dm.num_workers,
                           pin_memory=self.device.type == "cuda")
 
     # ------------------------------------------------------------------ division (GMMDivisible)

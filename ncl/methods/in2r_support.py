@@ -16,7 +16,10 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import Dataset
 
+from ncl.data.augment import CaptionRegionAugment
+from ncl.data.datasets import PairDataset
 from ncl.division.in2r_queue import EmbeddingQueue
 from ncl.errors import ConfigError, NclWarning
 from ncl.models.vse_infinity import VSEInfinity
@@ -68,3 +71,27 @@ def check_queue_fits(queue_size: int, k: int, batch_size: int) -> None:
     if queue_size < max(batch_size, k):
         raise ConfigError(f"model.queue_size ({queue_size}) must be at least the per-process batch "
                           f"size data.batch_size ({batch_size}) and model.k ({k})")
+
+
+class EpochKeyed(Dataset):
+    """``pairs`` (an augmented :class:`~ncl.data.datasets.PairDataset`) read with ``(epoch, i)``
+    keys, so that a plan's integer indices get the epoch's augmentation draw
+    (:func:`~ncl.data.augment.sample_rng` of ``(seed, epoch, i)``)."""
+
+    def __init__(self, pairs: PairDataset, epoch: int) -> None:
+        self.pairs, self.epoch = pairs, epoch
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, i: int) -> dict[str, object]:
+        return self.pairs[(self.epoch, int(i))]
+
+
+def augmented(pairs: PairDataset, epoch: int, seed: int, vocab_size: int) -> EpochKeyed:
+    """The training pairs with the official loader's augmentation (CRCL's / VSE-infinity's:
+    20 % of caption tokens masked, replaced or deleted, 20 % of regions removed;
+    :class:`~ncl.data.augment.CaptionRegionAugment` with ``region_mode="remove"``) for
+    ``epoch``."""
+    augment = CaptionRegionAugment(region_mode="remove")
+    return EpochKeyed(PairDataset(pairs.split, pairs.cap2img, augment, seed, vocab_size), epoch)

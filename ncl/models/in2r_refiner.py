@@ -21,7 +21,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-
 class GraphRefiner(nn.Module):
     """Attention over k neighbours -> one unit vector (see the module docstring).
 

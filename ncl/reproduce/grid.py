@@ -21,12 +21,16 @@ from ncl.reproduce.cells import BENCH, METHODS
 
 NOISE_KINDS = ("caption", "image")
 CLEAN = "clean"  # the noise kind of ratio-0 cells, shared by both tables
-BACKBONES = ("SGR", "SAF")
 
 #: The method rows every method class declares (:class:`ncl.methods.declaration.Row`).
 ROWS = declared_rows()
 #: Row labels as in the papers: ``{}`` is the backbone (SGR* = summed warm-up, then hardest).
 LABELS: dict[str, str] = {name: row.label for name, row in ROWS.items()}
+#: The backbones of the synthetic presets: SGR and SAF (the quickstart's SGRAF, by
+#: ``module_name``), and any other a row declares (IN2R's ``VSE``: its overrides name a
+#: backbone class that takes ``module_name`` as a label).
+BACKBONES = ("SGR", "SAF", *sorted({bb for row in ROWS.values() for bb in row.small_backbones}
+                                   - {"SGR", "SAF"}))
 
 # --- synthetic-small: measured choices (docs/results.md, "The reproduction tool") -----------------
 #: Batch 16: 313 steps an epoch at about the cost of batch 64's 79 (SGR scores B x B pairs).
