@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 from launch import ncl_here
+from resume_helpers import fit_killed_at
 from tiny_runs import (
     DDP_DATA,
     DDP_TRAINER,
     METHODS,
+    assert_same_checkpoints,
     last_checkpoint,
     method_config,
     per_epoch,
@@ -146,7 +148,8 @@ def tiny_config(root: Path, cache: Path, epochs: int = 3, steps: int = 4, **kwar
     return method_config(root, cache, METHODS["in2r"], max_epochs=epochs, steps=steps, **kwargs)
 
 
-def test_fit_queues_rectifies_checkpoints_tests_and_predicts(tmp_path: Path, synthetic_cache: Path) -> None:
+def test_fit_queues_rectifies_checkpoints_resumes_tests_and_predicts(tmp_path: Path,
+                                                                    synthetic_cache: Path) -> None:
     config = tiny_config(tmp_path, synthetic_cache)
     main(["fit", "--config", str(config)])
     folder = run_folder(tmp_path)
@@ -164,6 +167,18 @@ def test_fit_queues_rectifies_checkpoints_tests_and_predicts(tmp_path: Path, syn
     refiner_keys = [k for k in ckpt["state_dict"] if k.startswith("refiners.")]
     assert "refiners.0.i2t.q_proj.weight" in refiner_keys and len(refiner_keys) == 2 * 2 * 10
     assert all(len(s["param_groups"]) == 2 for s in ckpt["optimizer_states"])
+
+    # killed after the first co-training epoch (4 steps an epoch): its checkpoint holds filled
+    # queues and trained refiners, and the resumed run ends as the uninterrupted one
+    killed_cfg = tiny_config(tmp_path / "killed", synthetic_cache)
+    killed = fit_killed_at(killed_cfg, tmp_path, 4 + 4 + 2)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    killed_folder = run_folder(tmp_path / "killed")
+    assert last_checkpoint(killed_folder)["epoch"] == 1
+    assert all(q is not None for q in last_checkpoint(killed_folder)["ncl_training_state"]["queues"][0])
+    main(["fit", "--config", str(killed_cfg), "--ckpt_path", "last"])
+    assert per_epoch(killed_folder, "val/rsum") == per_epoch(folder, "val/rsum")
+    assert_same_checkpoints(ckpt, last_checkpoint(killed_folder))  # queues included
 
     assert ncl_here("test", "--config", str(config), "--ckpt_path", "best", cwd=tmp_path).returncode == 0
     results = json.loads(next(tmp_path.rglob("test_results.json")).read_text())
