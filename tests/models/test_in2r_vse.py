@@ -55,6 +55,7 @@ def test_text_head_and_dropout_in_training_only() -> None:
     assert torch.equal(net.encode_images(images), net.encode_images(images))
     net.train()
     assert not torch.equal(net.encode_images(images), net.encode_images(images))  # dropout 0.3
+    assert not torch.equal(net.encode_captions(tokens, lengths), net.encode_captions(tokens, lengths))
     assert net.vocab_size == 21  # <mask> added (the official vocab.add_word('<mask>'))
 
 
