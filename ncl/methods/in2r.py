@@ -213,7 +213,8 @@ class IN2R(RetrievalMethod):
 
     def load_training_state(self, state: dict[str, Any]) -> None:
         self.division = Division.from_state(state.get("division"))
-        self.queues = own_queues(state.get("queues"), self.device) or [None, None]
+        fitting = self._trainer is not None and self.trainer.state.fn == "fit"  # evaluation needs none
+        self.queues = (own_queues(state.get("queues"), self.device) if fitting else None) or [None, None]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Every rank's queues (``queues``: one ``[A's, B's]`` per rank). Lightning calls this

@@ -1,15 +1,14 @@
 """IN2R: the method's rules without a trainer (schedule, options, optimiser groups, the queue
 push rule, retrieval from the peer's queue), then through the real CLI on tiny synthetic data
 (fit with the co-divide logged against the ground truth, queues and refiners in the checkpoint,
-test, predict ranked by the GMM) and on two CPU processes (the same weights and division on
-both ranks, a queue per rank). Kill-and-resume equal to an uninterrupted run and bf16:
+a kill after a co-training epoch resumed exactly, test, predict ranked by the GMM). Two CPU
+processes: tests/methods/test_in2r_ddp.py; a kill in the first co-training epoch and bf16:
 tests/cli/test_resume.py and tests/cli/test_bf16.py (``in2r`` in tiny_runs.METHODS)."""
 
 from __future__ import annotations
 
 import csv
 import json
-import math
 from functools import partial
 from pathlib import Path
 
@@ -18,15 +17,12 @@ import torch
 from launch import ncl_here
 from resume_helpers import fit_killed_at
 from tiny_runs import (
-    DDP_DATA,
-    DDP_TRAINER,
     METHODS,
     assert_same_checkpoints,
     last_checkpoint,
     method_config,
     per_epoch,
     run_folder,
-    sync_check_args,
 )
 
 from ncl.cli import main
@@ -128,7 +124,9 @@ def test_rectification_reads_the_peers_queue() -> None:
     assert float(losses["rectified_i2t"]) == pytest.approx(float(want_i2t), rel=1e-5)
     assert float(losses["rectified_t2i"]) == pytest.approx(float(want_t2i), rel=1e-5)
     assert method.rectification(1, images, captions) == {}  # B searches A's queue: not made yet
-    assert in2r(k=3, i2t=True).rectification(0, images, captions) == {}
+    few = in2r(k=3, i2t=True, t2i=True)
+    few.queues[1] = queue  # 2 entries < k 3: no correction (official: retrieve returns None)
+    assert few.rectification(0, images, captions) == {}
     own = in2r(k=1, i2t=True, retrieve_from="own")
     own.queues[1] = queue
     assert own.rectification(0, images, captions) == {}
@@ -191,18 +189,3 @@ def test_fit_queues_rectifies_checkpoints_resumes_tests_and_predicts(tmp_path: P
     assert tuple(rows[0]) == COLUMNS  # the GMM ranking, IN2R's division
     prob = [float(r["clean_probability"]) for r in rows]
     assert prob == sorted(prob) and len(set(prob)) > 2 and all(0 <= p <= 1 for p in prob)
-
-
-def test_two_cpu_processes_hold_the_same_division_and_a_queue_each(
-        tmp_path: Path, synthetic_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # read by the spawned processes' torch
-    config = tiny_config(tmp_path, synthetic_cache, epochs=3, steps=DDP_TRAINER["limit_train_batches"],
-                         trainer=DDP_TRAINER, data=DDP_DATA)
-    main(["fit", "--config", str(config), *sync_check_args(tmp_path)])
-    assert (tmp_path / "sync_ok_world2").read_text() == "2"  # weights and division equal on both ranks
-    state = last_checkpoint(run_folder(tmp_path))["ncl_training_state"]
-    assert len(state["queues"]) == 2  # one [A's, B's] per rank
-    for rank_queues in state["queues"]:
-        assert all(q is not None and q["images"].shape[0] > 0 for q in rank_queues)
-    assert not torch.equal(state["queues"][0][0]["images"], state["queues"][1][0]["images"])
-    assert math.isfinite(float(state["division"]["prob"].sum()))
