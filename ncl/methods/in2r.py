@@ -47,7 +47,7 @@ from ncl.division.in2r_queue import (EmbeddingQueue, enqueue_mask, mean_clean_pr
 from ncl.errors import ConfigError
 from ncl.losses.in2r import labelled_loss, rectified_loss, warmup_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod
-from ncl.methods.declaration import MethodSpec, Row
+from ncl.methods.declaration import TINY_ADAM_ARGS, TINY_DATA_ARGS, MethodSpec, RegressionCase, Row
 from ncl.methods.in2r_support import (augmented, check_pooled_backbone, check_queue_fits,
                                       gather_queues, own_queues)
 from ncl.methods.reports import co_divide_report
@@ -114,6 +114,10 @@ class IN2R(RetrievalMethod):
         tiny={"in2r": {"warmup_epochs": 1, "queue_size": 32, "k": 2, "i2t": True, "t2i": True,
                        "backbone": {"class_path": "ncl.models.in2r_vse.In2rVSE", "init_args": {
                            "img_dim": 16, "word_dim": 8, "embed_size": 16}}}},
+        regression={"in2r": RegressionCase("in2r_vse_f30k.yaml", (
+            "--model.backbone.init_args.img_dim=16", "--model.backbone.init_args.word_dim=8",
+            "--model.backbone.init_args.embed_size=16", *TINY_DATA_ARGS, *TINY_ADAM_ARGS,
+            "--model.queue_size=32", "--model.k=2"))},
         page="in2r.md", config_prefixes=("in2r_",))
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
