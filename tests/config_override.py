@@ -29,7 +29,7 @@ def tiny_override(tmp_path: Path, cache: Path, config: Path) -> Path:
     backbone_args = TINY_BACKBONE
     backbone_path = original["model"].get("init_args", {}).get("backbone", {}).get("class_path", "")
     data_class = "ncl.data.datamodule.SyntheticDataModule"
-    if backbone_path.endswith("VSEInfinity"):  # no region count or similarity head to size
+    if backbone_path.endswith(("VSEInfinity", "In2rVSE")):  # no region count or similarity head to size
         backbone_args = {k: TINY_BACKBONE[k] for k in ("img_dim", "word_dim", "embed_size")}
     if backbone_path.endswith("GatedVideoText"):  # video: tiny synthetic clips of 2 experts
         backbone_args = {"img_dim": 12, "num_regions": 2, "word_dim": 8, "text_dim": 16,

@@ -52,8 +52,8 @@ def method_config(root: Path, cache: Path, method: dict[str, Any], max_epochs: i
     """``root/config.yaml`` of a tiny run of ``method`` (an entry of :data:`METHODS`) on the
     ``tiny`` preset with 40% image noise, Adam at 2e-3, ``seed_everything: 0``."""
     model = {"class_path": method["class_path"],
-             "init_args": {**method["init_args"],
-                           "backbone": {"class_path": "ncl.models.sgraf.SGRAF", "init_args": TINY_SGRAF},
+             "init_args": {"backbone": {"class_path": "ncl.models.sgraf.SGRAF", "init_args": TINY_SGRAF},
+                           **method["init_args"],  # a case may name its own backbone (IN2R's VSE)
                            "optimizer": {"class_path": "torch.optim.Adam", "init_args": {"lr": 2e-3}}}}
     data_args = {"preset": "tiny", "cache_dir": str(cache), "batch_size": 16, "eval_batch_size": 64,
                  "noise_type": "image", "noise_ratio": 0.4, **(data or {})}

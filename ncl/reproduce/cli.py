@@ -71,6 +71,7 @@ from ncl.reproduce.grid import (
     Cell,
     Preset,
     Setting,
+    backbone_allowed,
     grid,
 )
 from ncl.reproduce.one_line import OneLineParser
@@ -130,9 +131,10 @@ def select(args: argparse.Namespace) -> tuple[Preset, list[Cell]]:
     elif args.backbones:
         rows = [r for r in rows if r[1].lower() in {b.lower() for b in args.backbones}]
     if not preset.from_configs:
-        bad = sorted({b for _, b in rows} - set(BACKBONES))
+        bad = sorted({b for m, b in rows if not backbone_allowed(m, b)})
         if bad:
-            raise SystemExit(f"--backbones {bad}: the synthetic presets run {list(BACKBONES)}")
+            raise SystemExit(f"--backbones {bad}: the synthetic presets run {list(BACKBONES)} (and the "
+                             "backbones a method's row declares)")
     if args.epochs is not None and args.epochs < 1:
         raise SystemExit(f"--epochs {args.epochs}: must be at least 1")
     if args.noise and any(not 0 <= n < 1 for n in args.noise):

@@ -21,12 +21,15 @@ from ncl.reproduce.cells import BENCH, METHODS
 
 NOISE_KINDS = ("caption", "image")
 CLEAN = "clean"  # the noise kind of ratio-0 cells, shared by both tables
-BACKBONES = ("SGR", "SAF")
 
 #: The method rows every method class declares (:class:`ncl.methods.declaration.Row`).
 ROWS = declared_rows()
 #: Row labels as in the papers: ``{}`` is the backbone (SGR* = summed warm-up, then hardest).
 LABELS: dict[str, str] = {name: row.label for name, row in ROWS.items()}
+#: The backbones of the synthetic presets (the quickstart's SGRAF, by ``module_name``); a row
+#: may declare another for itself (IN2R's ``VSE``: its overrides name a backbone class that
+#: takes ``module_name`` as a label), see :func:`backbone_allowed`.
+BACKBONES = ("SGR", "SAF")
 
 # --- synthetic-small: measured choices (docs/results.md, "The reproduction tool") -----------------
 #: Batch 16: 313 steps an epoch at about the cost of batch 64's 79 (SGR scores B x B pairs).
@@ -44,6 +47,13 @@ TINY_DATA = ["--data.preset=tiny", "--data.n_train=60", "--data.batch_size=16",
              "--model.backbone.init_args.img_dim=16", "--model.backbone.init_args.num_regions=6",
              "--model.backbone.init_args.word_dim=8", "--model.backbone.init_args.embed_size=16",
              "--model.backbone.init_args.sim_dim=8"]
+
+def backbone_allowed(method: str, backbone: str) -> bool:
+    """Whether the synthetic presets can run ``method`` on ``backbone``: SGR or SAF, or a
+    backbone the method's row declares (:attr:`~ncl.methods.declaration.Row.small_backbones`)."""
+    row = ROWS.get(method)
+    return backbone in BACKBONES or (row is not None and backbone in row.small_backbones)
+
 
 #: Config presets: method -> config stem (``{bb}`` backbone, ``{ds}`` dataset) in configs/.
 PAPER_CONFIGS: dict[str, str] = {name: row.paper_config for name, row in ROWS.items() if row.paper_config}

@@ -59,7 +59,7 @@ def test_the_reader_reads_the_schema_only() -> None:
 
 #: Tiny runs of every dividing method: the declared tiny cases, and CRCL and ReCon (which
 #: have none: their resume tests live in tests/methods/) with one warm-up / frozen epoch.
-DIVIDING = {**{name: METHODS[name] for name in ("ncr", "lnc", "decl", "l2rm")},
+DIVIDING = {**{name: METHODS[name] for name in ("ncr", "lnc", "decl", "l2rm", "in2r")},
             "crcl": {"class_path": "ncl.methods.crcl.CRCL", "init_args": {"pieces": [3], "freeze_epochs": 1}},
             "recon": {"class_path": "ncl.methods.recon.ReCon", "init_args": {"warmup_epochs": 1}}}
 
