@@ -200,8 +200,10 @@ class RetrievalMethod(BatchScoring, Resumable, TrainingSkeleton, L.LightningModu
         return self.evaluation.compute(partial(self.scored, site=site), im_div, protocols)
 
     def scored(self, emb: Embeddings, site: EvalSite) -> dict[str, Tensor]:
-        """:meth:`similarities`, under autocast when ``eval_autocast`` is on (else as is)."""
-        with similarity_context(self.eval_autocast, self.trainer.precision, self.device.type):
+        """:meth:`similarities`, under autocast when ``eval_autocast`` is on (else as is: the
+        trainer's precision is not even read, so a bare evaluation harness needs none)."""
+        precision = self.trainer.precision if self.eval_autocast else None
+        with similarity_context(self.eval_autocast, precision, self.device.type):
             return self.similarities(emb, site)
 
     def on_validation_epoch_end(self) -> None:
