@@ -4,6 +4,8 @@ would override them."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from pathlib import Path
 
 import yaml
@@ -29,8 +31,8 @@ def tiny_override(tmp_path: Path, cache: Path, config: Path) -> Path:
     backbone_args = TINY_BACKBONE
     backbone_path = original["model"].get("init_args", {}).get("backbone", {}).get("class_path", "")
     data_class = "ncl.data.datamodule.SyntheticDataModule"
-    if backbone_path.endswith(("VSEInfinity", "In2rVSE")):  # no region count or similarity head to size
-        backbone_args = {k: TINY_BACKBONE[k] for k in ("img_dim", "word_dim", "embed_size")}
+    if backbone_path:  # only the sizes the backbone takes (VSE-infinity: no regions, no head)
+        backbone_args = {k: v for k, v in TINY_BACKBONE.items() if k in init_parameters(backbone_path)}
     if backbone_path.endswith("GatedVideoText"):  # video: tiny synthetic clips of 2 experts
         backbone_args = {"img_dim": 12, "num_regions": 2, "word_dim": 8, "text_dim": 16,
                          "embed_size": 16}
@@ -45,3 +47,10 @@ def tiny_override(tmp_path: Path, cache: Path, config: Path) -> Path:
     path = tmp_path / "tiny_override.yaml"
     path.write_text(yaml.safe_dump(override))
     return path
+
+
+def init_parameters(class_path: str) -> set[str]:
+    """The ``__init__`` parameter names of the class at ``class_path`` (``ncl.models.sgraf.SGRAF``):
+    which of :data:`TINY_BACKBONE` a config's backbone takes, without a list of backbone names."""
+    module, _, name = class_path.rpartition(".")
+    return set(inspect.signature(getattr(importlib.import_module(module), name)).parameters)
