@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from callbacks.ncr_fakes import SgrafPairs
+from recon_fakes import fake_division_pass as _fake_pass
 
-from ncl.callbacks.division import divide_if_due
-from ncl.division.stats import three_way_stats
 from ncl.data.datasets import collate
 from ncl.division import gmm_clean_probability
+from ncl.division.stats import three_way_stats
 from ncl.errors import ConfigError
 from ncl.losses import SUBSET_CLEAN, SUBSET_LOCAL, SUBSET_NOISY, triplet_loss
 from ncl.losses.recon import cross_modal_relation_loss, intra_modal_relation_loss
@@ -29,7 +27,7 @@ def _backbone(vocab: int) -> SGRAF:
                  dropout=0.0, similarity_strategy="chunked")
 
 
-def _model(n: int = 20, **kwargs) -> ReCon:  # noqa: ANN003 - test helper forwarding switches
+def _model(n: int = 20, **kwargs) -> ReCon:
     torch.manual_seed(0)
     model = ReCon(30, _backbone, **kwargs)
     model.pseudo_labels.reset(n)
@@ -131,25 +129,6 @@ def test_relation_features_inputs_read_regions_and_word_vectors() -> None:
             img, cap, batch["lengths"], region_features=batch["images"],
             word_features=model.net.txt_enc.embed(batch["tokens"]))
     assert torch.allclose(inputs.loss, want.loss) and not torch.allclose(inputs.loss, base.loss)
-
-
-def _fake_pass(model: ReCon, monkeypatch: pytest.MonkeyPatch,
-               passes: dict[int, torch.Tensor]) -> tuple[list[int], Callable[[int], bool]]:
-    """The division pass replaced by ``passes[epoch]`` (``(N, 3)``); returns the epochs it ran
-    for and ``divide(epoch)``, GMMDivision's own work (GMM on column 0, accept_division)."""
-    calls: list[int] = []
-
-    def fake(spec, nets, pairs, epoch, *args, **kwargs) -> torch.Tensor:  # noqa: ANN001
-        calls.append(epoch)
-        return passes[epoch][None]  # (1, N, 3)
-
-    data = SimpleNamespace(train_pairs=lambda: None, num_workers=0, batch_size=8)
-    monkeypatch.setattr("ncl.callbacks.epoch_pass.run_pass", fake)
-    monkeypatch.setattr("ncl.callbacks.epoch_pass.retrieval_data", lambda trainer, name: data)
-    monkeypatch.setattr("ncl.methods.recon.retrieval_data", lambda trainer, name: data)
-    monkeypatch.setattr(ReCon, "trainer", property(lambda self: None))
-    trainer = SimpleNamespace(global_rank=0, world_size=1)
-    return calls, lambda epoch: divide_if_due(trainer, model, epoch)
 
 
 def _values(n: int, p: float) -> torch.Tensor:

@@ -5,14 +5,13 @@ that file's formulas (``tests/recon_by_hand.py``), on a fixed batch of a tiny SG
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import SimpleNamespace
 
 import pytest
 import torch
 from callbacks.ncr_fakes import SgrafPairs
 from recon_by_hand import info_nce_by_hand, relations_by_hand, train_batch_losses
+from recon_fakes import fake_division_pass
 
-from ncl.callbacks.division import divide_if_due
 from ncl.data.datasets import collate
 from ncl.errors import ConfigError
 from ncl.losses import SUBSET_NOISY
@@ -47,16 +46,7 @@ def _encode(model: ReCon, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor,
 def _divider(model: ReCon, monkeypatch: pytest.MonkeyPatch,
              passes: dict[int, torch.Tensor]) -> Callable[[int], bool]:
     """GMMDivision's work with the division pass replaced by ``passes[epoch]`` (``(N, 3)``)."""
-    def fake(spec, nets, pairs, epoch, *args, **kwargs) -> torch.Tensor:
-        return passes[epoch][None]
-
-    data = SimpleNamespace(train_pairs=lambda: None, num_workers=0, batch_size=8)
-    monkeypatch.setattr("ncl.callbacks.epoch_pass.run_pass", fake)
-    monkeypatch.setattr("ncl.callbacks.epoch_pass.retrieval_data", lambda trainer, name: data)
-    monkeypatch.setattr("ncl.methods.recon.retrieval_data", lambda trainer, name: data)
-    monkeypatch.setattr(ReCon, "trainer", property(lambda self: None))
-    trainer = SimpleNamespace(global_rank=0, world_size=1)
-    return lambda epoch: divide_if_due(trainer, model, epoch)
+    return fake_division_pass(model, monkeypatch, passes)[1]
 
 
 def _values(p: float) -> torch.Tensor:
