@@ -5,16 +5,19 @@ A method class sets ``spec: ClassVar[MethodSpec]`` right after its docstring. No
 lists methods: :func:`declarations` imports every module of :mod:`ncl.methods` and collects the
 specs, and these read them:
 
-* ``ncl.reproduce.cells.METHODS`` / ``ncl.reproduce.grid.LABELS`` / ``PAPER_CONFIGS`` and the
-  ``synthetic-small`` preset's overrides: :class:`Row` (one grid row, e.g. ``lnc``);
+* ``ncl.reproduce.cells.METHODS`` / ``ncl.reproduce.grid.LABELS`` / ``PAPER_CONFIGS``, every
+  preset's rows (``grid.config_rows`` for the config presets) and the ``synthetic-small``
+  preset's overrides: :class:`Row` (one grid row, e.g. ``lnc``);
 * ``ncl.reproduce.records.DIVIDERS``: :attr:`Row.divides`;
 * ``tests/tiny_runs.py`` ``METHODS`` (SIGKILL-resume, two-process DDP and bf16 tests):
   :attr:`MethodSpec.tiny`;
-* ``scripts/layout_regression.py`` ``CASES``: :attr:`MethodSpec.regression`;
+* ``scripts/layout_regression.py`` ``CASES``: :attr:`MethodSpec.regression` (each case's
+  record is ``docs/regression/<case>.json``);
 * ``tests/test_docs_configs.py`` ``PAGES``: :attr:`MethodSpec.page` and
   :attr:`MethodSpec.config_prefixes`.
 
-This module imports no Lightning and no torch (the method modules it imports do).
+:func:`check_declarations` refuses what would clash silently: a name or a row ``order``
+declared twice. This module imports no Lightning and no torch (the method modules it imports do).
 """
 
 from __future__ import annotations

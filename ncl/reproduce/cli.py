@@ -34,10 +34,11 @@ Presets (``--preset``; ``--methods``/``--backbones``/``--noise``/``--noise-types
 * ``quickstart`` - configs/quickstart.yaml as shipped over seeds 0-4 (docs/quickstart.md,
   "Measurement"; ``--threads`` and ``--extra=--data.synthetic_seed=N`` vary the rest).
 * ``paper`` - the official datasets with the method configs in ``configs/`` (e.g.
-  ``configs/ncr_sgr_f30k.yaml``; ``--dataset f30k|coco``), their own schedules; needs the
-  official features under ``--data-root``. Check the command lines with ``--dry-run``.
-* ``video-synthetic`` - configs/*_video_synthetic.yaml as shipped: summed triplet, LNC and RCL
-  on synthetic video data (docs/video.md).
+  ``configs/ncr_sgr_f30k.yaml``; ``--dataset f30k|coco``), their own schedules: every declared
+  row with a paper config, on each of its backbones that has a config for the dataset; needs
+  the official features under ``--data-root``. Check the command lines with ``--dry-run``.
+* ``video-synthetic`` - configs/*_video_synthetic.yaml as shipped (every declared row with
+  one: RCL, summed triplet and LNC) on synthetic video data (docs/video.md).
 
 The grids read the repository's ``configs/`` (``./configs``, or ``--configs DIR``); they are not
 part of the installed package. ``python -m ncl.reproduce slurm --out DIR`` writes the SLURM and
