@@ -5,16 +5,19 @@ A method class sets ``spec: ClassVar[MethodSpec]`` right after its docstring. No
 lists methods: :func:`declarations` imports every module of :mod:`ncl.methods` and collects the
 specs, and these read them:
 
-* ``ncl.reproduce.cells.METHODS`` / ``ncl.reproduce.grid.LABELS`` / ``PAPER_CONFIGS`` and the
-  ``synthetic-small`` preset's overrides: :class:`Row` (one grid row, e.g. ``lnc``);
+* ``ncl.reproduce.cells.METHODS`` / ``ncl.reproduce.grid.LABELS`` / ``PAPER_CONFIGS``, every
+  preset's rows (``grid.config_rows`` for the config presets) and the ``synthetic-small``
+  preset's overrides: :class:`Row` (one grid row, e.g. ``lnc``);
 * ``ncl.reproduce.records.DIVIDERS``: :attr:`Row.divides`;
 * ``tests/tiny_runs.py`` ``METHODS`` (SIGKILL-resume, two-process DDP and bf16 tests):
   :attr:`MethodSpec.tiny`;
-* ``scripts/layout_regression.py`` ``CASES``: :attr:`MethodSpec.regression`;
+* ``scripts/layout_regression.py`` ``CASES``: :attr:`MethodSpec.regression` (each case's
+  record is ``docs/regression/<case>.json``);
 * ``tests/test_docs_configs.py`` ``PAGES``: :attr:`MethodSpec.page` and
   :attr:`MethodSpec.config_prefixes`.
 
-This module imports no Lightning and no torch (the method modules it imports do).
+:func:`check_declarations` refuses what would clash silently: a name or a row ``order``
+declared twice. This module imports no Lightning and no torch (the method modules it imports do).
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ TINY_ADAM_ARGS = ("--model.optimizer=torch.optim.Adam", "--model.optimizer.lr=0.
 TINY_RUN_ARGS = (*TINY_SGRAF_ARGS, *TINY_DATA_ARGS, *TINY_ADAM_ARGS)
 
 
+#: The backbones the ``paper`` preset tries a row on unless the row says otherwise (SGRAF's two).
+PAPER_BACKBONES = ("sgr", "saf")
+
+
 @dataclass(frozen=True)
 class Row:
     """One row of the grid (``python -m ncl.reproduce``): a method with its switches.
@@ -53,7 +60,8 @@ class Row:
         name: the row's name (``--methods``, the cells' ids), unique over all methods.
         label: the table label as in the papers; ``{}`` is the backbone (``"NCR-{}"``).
         order: where the row stands among every method's rows (the ``benchmark`` preset's
-            order and ``cells.METHODS``'s); ties keep the order of discovery.
+            order and ``cells.METHODS``'s), unique over all rows; ``None``: after every row
+            that declares one, in the order of discovery.
         overrides: CLI overrides on top of ``configs/quickstart.yaml`` (the synthetic
             benchmark); empty for the quickstart's own method.
         warmup: the row has a warm-up the presets set (``--model.warmup_epochs``: 1 in
@@ -64,6 +72,9 @@ class Row:
             :attr:`order`.
         paper_config: the config stem in ``configs/`` of the ``paper`` presets, ``{bb}`` the
             backbone and ``{ds}`` the dataset (``"ncr_{bb}_{ds}"``); ``None``: none.
+        paper_backbones: the backbones (``{bb}``) the ``paper`` preset may run the row on; it
+            runs those with a config in ``configs/`` (``ncl.reproduce.grid.paper_rows``). A
+            :attr:`paper_config` without ``{bb}`` names one backbone here (IN2R's ``("vse",)``).
         divides: the row's noise detection the grid records (a name for the tables, e.g.
             ``"co-divide"``); ``None`` for a method that does not divide the data.
         detection_after: the ``model.init_args`` option counting the epochs before the first
@@ -72,12 +83,13 @@ class Row:
 
     name: str
     label: str
-    order: int
+    order: int | None = None
     overrides: tuple[str, ...] = ()
     warmup: bool = False
     small: tuple[str, ...] = ()
     small_backbones: tuple[str, ...] = ()
     paper_config: str | None = None
+    paper_backbones: tuple[str, ...] = PAPER_BACKBONES
     divides: str | None = None
     detection_after: str = "warmup_epochs"
 
@@ -137,7 +149,7 @@ def declarations() -> list[Declared]:
     nothing does not repeat its parent's rows.
 
     Raises:
-        ValueError: two declarations use the same row, tiny case or regression case name.
+        ValueError: what :func:`check_declarations` finds.
     """
     found: list[Declared] = []
     for module in method_modules():
@@ -145,24 +157,47 @@ def declarations() -> list[Declared]:
             spec = vars(obj).get("spec") if isinstance(obj, type) else None
             if isinstance(spec, MethodSpec) and obj.__module__ == module.__name__:
                 found.append(Declared(f"{module.__name__}.{obj.__qualname__}", spec))
-    _check_unique(found)
+    check_declarations(found)
     return found
 
 
-def _check_unique(declared: list[Declared]) -> None:
-    """Raise ValueError naming a row, tiny case or regression case declared twice."""
+def check_declarations(declared: list[Declared]) -> None:
+    """Raise one ValueError naming every clash between ``declared``'s declarations.
+
+    It names: a row, tiny case or regression case name declared twice; two rows with the same
+    :attr:`Row.order` (both rows, with their classes); a :attr:`Row.paper_config` without
+    ``{bb}`` that does not name exactly one :attr:`Row.paper_backbones`. (A random-stream id
+    declared twice fails earlier, when the second module is imported: :mod:`ncl.streams`.)
+    """
+    problems: list[str] = []
     for kind, names in (("row", [r.name for d in declared for r in d.spec.rows]),
                         ("tiny case", [n for d in declared for n in d.spec.tiny]),
                         ("regression case", [n for d in declared for n in d.spec.regression])):
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
-            raise ValueError(f"{kind} names declared twice in ncl.methods: {twice}")
+            problems.append(f"{kind} names declared twice in ncl.methods: {twice}")
+    by_order: dict[int, list[str]] = {}
+    for d in declared:
+        for r in d.spec.rows:
+            if r.order is not None:
+                by_order.setdefault(r.order, []).append(f"{r.name!r} ({d.class_path})")
+    problems += [f"rows {' and '.join(names)} both declare order {order}: orders are unique "
+                 "(or leave order out: the row then follows every declared one)"
+                 for order, names in sorted(by_order.items()) if len(names) > 1]
+    problems += [f"row {r.name!r} ({d.class_path}): paper_config {r.paper_config!r} names no "
+                 f"{{bb}}, so paper_backbones names its one backbone (got {r.paper_backbones})"
+                 for d in declared for r in d.spec.rows
+                 if r.paper_config and "{bb}" not in r.paper_config and len(r.paper_backbones) != 1]
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 def rows() -> dict[str, Row]:
-    """Every grid row, name -> row, in :attr:`Row.order` (then discovery order)."""
+    """Every grid row, name -> row, in :attr:`Row.order`; rows without one follow, in the
+    order of discovery."""
     every = [r for d in declarations() for r in d.spec.rows]
-    return {r.name: r for r in sorted(every, key=lambda r: r.order)}
+    ordered = sorted(every, key=lambda r: (r.order is None, r.order or 0))  # stable: discovery
+    return {r.name: r for r in ordered}
 
 
 def tiny_cases() -> dict[str, dict[str, Any]]:

@@ -106,7 +106,7 @@ class IN2R(RetrievalMethod):
         # configs' k and corrections, a queue of about 40 % of the 5,000 pairs (as 65536 of
         # F30K's 145,000), warm-up epochs selectable as in the other rows of the grid
         rows=(Row("in2r", "IN2R-{}", order=140, warmup=True, paper_config="in2r_vse_{ds}",
-                  divides="co-divide", small_backbones=("VSE",),
+                  paper_backbones=("vse",), divides="co-divide", small_backbones=("VSE",),
                   overrides=("--model=ncl.methods.in2r.IN2R", "--model.backbone=ncl.models.in2r_vse.In2rVSE",
                              "--model.k=5", "--model.i2t=true", "--model.t2i=true",
                              "--model.queue_size=2048", "--model.select_warmup=true")),),

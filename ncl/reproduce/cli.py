@@ -34,10 +34,11 @@ Presets (``--preset``; ``--methods``/``--backbones``/``--noise``/``--noise-types
 * ``quickstart`` - configs/quickstart.yaml as shipped over seeds 0-4 (docs/quickstart.md,
   "Measurement"; ``--threads`` and ``--extra=--data.synthetic_seed=N`` vary the rest).
 * ``paper`` - the official datasets with the method configs in ``configs/`` (e.g.
-  ``configs/ncr_sgr_f30k.yaml``; ``--dataset f30k|coco``), their own schedules; needs the
-  official features under ``--data-root``. Check the command lines with ``--dry-run``.
-* ``video-synthetic`` - configs/*_video_synthetic.yaml as shipped: summed triplet, LNC and RCL
-  on synthetic video data (docs/video.md).
+  ``configs/ncr_sgr_f30k.yaml``; ``--dataset f30k|coco``), their own schedules: every declared
+  row with a paper config, on each of its backbones that has a config for the dataset; needs
+  the official features under ``--data-root``. Check the command lines with ``--dry-run``.
+* ``video-synthetic`` - configs/*_video_synthetic.yaml as shipped (every declared row with
+  one: RCL, summed triplet and LNC) on synthetic video data (docs/video.md).
 
 The grids read the repository's ``configs/`` (``./configs``, or ``--configs DIR``); they are not
 part of the installed package. ``python -m ncl.reproduce slurm --out DIR`` writes the SLURM and
@@ -110,13 +111,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def select(args: argparse.Namespace) -> tuple[Preset, list[Cell]]:
-    """The preset with the command line's changes, and its cells.
+def select(args: argparse.Namespace, configs: Path) -> tuple[Preset, list[Cell]]:
+    """The preset with its rows (a config preset's from ``configs``) and the command line's
+    changes, and its cells.
 
     Raises:
         SystemExit: an option names something the preset cannot run.
     """
-    preset = PRESETS[args.preset]
+    preset = PRESETS[args.preset].resolved(configs, args.dataset)
     rows = list(preset.rows)
     if args.methods:
         unknown = sorted(set(args.methods) - set(METHODS) - set(PAPER_CONFIGS))
@@ -167,13 +169,14 @@ def _main(argv: list[str]) -> int:
 
         return slurm_main(argv[1:])
     args = parse_args(argv)
-    preset, cells = select(args)
+    configs = configs_dir(args.configs)
+    preset, cells = select(args, configs)
     for option, value in (("--jobs", args.jobs), ("--threads", args.threads)):
         if value is not None and value < 1:
             raise SystemExit(f"{option} {value}: must be at least 1")
     slots = args.devices.split(",") if args.devices else [f"cpu{i}" for i in range(args.jobs)]
     threads = args.threads or max(1, (os.cpu_count() or 1) // len(slots))
-    setting = Setting(configs=configs_dir(args.configs), dataset=args.dataset, data_root=args.data_root,
+    setting = Setting(configs=configs, dataset=args.dataset, data_root=args.data_root,
                       gpu=bool(args.devices), extra=tuple(args.extra))
     runner = Runner(preset, args.out, threads, setting)
     todo = [c for c in cells if not runner.paths(c)[0].exists()]

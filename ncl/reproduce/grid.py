@@ -9,7 +9,7 @@ configs in ``configs/`` (``paper``, ``video-synthetic``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,27 @@ def backbone_allowed(method: str, backbone: str) -> bool:
 PAPER_CONFIGS: dict[str, str] = {name: row.paper_config for name, row in ROWS.items() if row.paper_config}
 
 
+def config_rows(configs: Path, dataset: str,
+                backbones: Sequence[str] | None = None) -> tuple[tuple[str, str], ...]:
+    """``(method, backbone)`` of every declared row with a paper config (:data:`ROWS`, in row
+    order), on each backbone whose config for ``dataset`` is in ``configs``.
+
+    The backbones tried are the row's :attr:`~ncl.methods.declaration.Row.paper_backbones`, or
+    ``backbones`` (the video preset's ``("video",)``); a config name without ``{bb}`` (IN2R's
+    ``in2r_vse_{ds}``) is for its row's own backbone only.
+    """
+    found = []
+    for name, row in ROWS.items():
+        if row.paper_config is None:
+            continue
+        for bb in row.paper_backbones if backbones is None else backbones:
+            stem = row.paper_config.format(bb=bb, ds=dataset)
+            own = "{bb}" in row.paper_config or bb in row.paper_backbones
+            if own and (configs / f"{stem}.yaml").is_file():
+                found.append((name, bb))
+    return tuple(found)
+
+
 @dataclass(frozen=True)
 class Cell:
     """One grid cell: a method on a backbone at one noise kind, ratio and seed."""
@@ -85,7 +106,8 @@ class Preset:
     """A grid and how its cells are configured.
 
     Attributes:
-        rows: ``(method, backbone)`` pairs, the tables' rows in order.
+        rows: ``(method, backbone)`` pairs, the tables' rows in order (config presets with
+            :attr:`declared_rows`: filled by :meth:`resolved`).
         epochs: ``--trainer.max_epochs`` (``None``: the config's own).
         base: synthetic presets: overrides right after the quickstart config (the benchmark's
             batch 64 unless a preset says otherwise).
@@ -94,6 +116,8 @@ class Preset:
         from_configs: cells are the method configs in ``configs/`` (:data:`PAPER_CONFIGS`).
         dataset: config presets: the dataset of the config names (``None``: ``--dataset``).
         noise_seed: ``--data.noise_seed`` of every cell (``None``: the cell's seed).
+        declared_rows: config presets: the rows are every declared row with a config for the
+            dataset in ``configs/`` (:func:`config_rows`), on ``row_backbones`` if given.
     """
 
     name: str
@@ -108,6 +132,15 @@ class Preset:
     from_configs: bool = False
     dataset: str | None = None
     noise_seed: int | None = None
+    declared_rows: bool = False
+    row_backbones: tuple[str, ...] | None = None
+
+    def resolved(self, configs: Path, dataset: str) -> Preset:
+        """The preset with its rows: :attr:`declared_rows` found in ``configs`` for its own
+        dataset or else ``dataset`` (``--dataset``); any other preset as it is."""
+        if not self.declared_rows:
+            return self
+        return replace(self, rows=config_rows(configs, self.dataset or dataset, self.row_backbones))
 
 
 def _warmup(epochs: int) -> dict[str, tuple[str, ...]]:
@@ -146,19 +179,17 @@ PRESETS: dict[str, Preset] = {
     "quickstart": Preset(
         "quickstart", rows=(("rcl", "SGR"),), noise_types=("image",), noises=(0.4,),
         seeds=(0, 1, 2, 3, 4), epochs=None, base=(), noise_seed=0),
+    # every declared row with a paper config, on each of its paper backbones with a config for
+    # the dataset (--dataset), in row order
     "paper": Preset(
-        "paper", rows=(("triplet", "sgr"), ("triplet", "saf"), ("triplet_warmup", "sgr"),
-                       ("triplet_sum", "sgr"), ("infonce", "sgr"), ("ncr", "sgr"), ("lnc", "sgr"),
-                       ("rcl", "sgr"), ("rcl", "saf"), ("crcl", "sgr"), ("crcl", "saf"),
-                       ("recon", "sgr"), ("recon", "saf"), ("decl", "sgr"), ("decl", "saf"),
-                       ("l2rm", "sgr"), ("l2rm", "saf")),
-        noise_types=NOISE_KINDS, noises=(0.0, 0.2, 0.5, 0.8), seeds=(0, 1, 2), epochs=None,
-        from_configs=True),
-    # configs/*_video_synthetic.yaml as shipped: the table of docs/video.md.
+        "paper", rows=(), noise_types=NOISE_KINDS, noises=(0.0, 0.2, 0.5, 0.8), seeds=(0, 1, 2),
+        epochs=None, from_configs=True, declared_rows=True),
+    # configs/*_video_synthetic.yaml as shipped (every declared row with one): the table of
+    # docs/video.md.
     "video-synthetic": Preset(
-        "video-synthetic", rows=(("triplet_sum", "video"), ("lnc", "video"), ("rcl", "video")),
-        noise_types=("caption",), noises=(0.0, 0.2, 0.5), seeds=(0,), epochs=None,
-        from_configs=True, dataset="synthetic"),
+        "video-synthetic", rows=(), noise_types=("caption",), noises=(0.0, 0.2, 0.5), seeds=(0,),
+        epochs=None, from_configs=True, dataset="synthetic", declared_rows=True,
+        row_backbones=("video",)),
 }
 
 

@@ -2,26 +2,42 @@
 composed from fragments (issue 24), except the listed changes.
 
 ``tests/cli/config_snapshot/<name>.yaml`` is ``ncl fit --config configs/<name>.yaml
---print_config`` on 913863c. A refactor keeps resolved configs: a difference that is not in
-:data:`ALLOWED` fails here with the key and both values.
+--print_config`` on 913863c (or, for a config added later, when it was added). A refactor keeps
+resolved configs: a difference that is not in :data:`ALLOWED` fails here with the key and both
+values. ``python scripts/config_snapshots.py`` writes the snapshot of every config that has
+none, with this test's own ``--print_config`` (:data:`SNAPSHOTS`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
-from ncl.cli import main
 from ncl.runs.record import flatten  # the run record flattens configs the same way
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT = Path(__file__).parent / "config_snapshot"
 ABSENT = "<absent>"
+#: The command that writes the missing snapshots.
+WRITE = "python scripts/config_snapshots.py"
+
+
+def _snapshot_script() -> ModuleType:
+    """``scripts/config_snapshots.py`` (not a package): what writes the snapshots is what the
+    test compares with."""
+    spec = importlib.util.spec_from_file_location("config_snapshots", REPO / "scripts" / "config_snapshots.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SNAPSHOTS = _snapshot_script()
 
 #: (flattened key, value before, value now) -> why it changed.
 ALLOWED: dict[tuple[str, Any, Any], str] = {
@@ -111,10 +127,7 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
 
 def resolved(config: Path) -> dict[str, Any]:
     """The config as ``ncl fit --print_config`` prints it, parsed."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-        main(["fit", "--config", str(config), "--print_config"])
-    return yaml.safe_load(out.getvalue())
+    return yaml.safe_load(SNAPSHOTS.print_config(config))
 
 
 def differences(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -141,5 +154,30 @@ def test_config_resolves_as_before(name: str) -> None:
 
 
 def test_every_config_has_a_snapshot() -> None:
-    assert sorted(p.stem for p in (REPO / "configs").glob("*.yaml")) == \
-        sorted(p.stem for p in SNAPSHOT.glob("*.yaml"))
+    configs = SNAPSHOTS.config_names(REPO / "configs")
+    assert configs == sorted(p.stem for p in (REPO / "configs").glob("*.yaml"))
+    snapshots = sorted(p.stem for p in SNAPSHOT.glob("*.yaml"))
+    missing = sorted(set(configs) - set(snapshots))
+    assert not missing, f"configs without a snapshot: {missing}; write them with `{WRITE}`"
+    gone = sorted(set(snapshots) - set(configs))
+    assert not gone, f"snapshots without a config: {gone}; remove them (with the reason in the commit)"
+
+
+def test_the_snapshot_script_writes_what_the_test_compares_and_keeps_existing_ones(tmp_path: Path) -> None:
+    assert SNAPSHOTS.SNAPSHOTS == SNAPSHOT and SNAPSHOTS.CONFIGS == REPO / "configs"
+    kept = tmp_path / "ncr_sgr_f30k.yaml"
+    kept.write_text("kept: true\n")
+    written = SNAPSHOTS.write_snapshots(["rcl_sgr_f30k", "ncr_sgr_f30k"], tmp_path)
+    assert written == [tmp_path / "rcl_sgr_f30k.yaml"] and kept.read_text() == "kept: true\n"
+    fresh = yaml.safe_load(written[0].read_text())
+    assert fresh["model"]["class_path"] == "ncl.methods.rcl.RCL"
+    assert differences(fresh, resolved(REPO / "configs" / "rcl_sgr_f30k.yaml")) == []
+    # the committed snapshot differs only by what ALLOWED lists (the comparison can fail)
+    committed = yaml.safe_load((SNAPSHOT / "rcl_sgr_f30k.yaml").read_text())
+    assert all(d in ALLOWED for d in differences(committed, fresh))
+    assert differences({**fresh, "seed_everything": 1}, fresh) == [("seed_everything", 1, fresh["seed_everything"])]
+    # --force writes an existing one again; nothing else is touched
+    assert SNAPSHOTS.write_snapshots(["rcl_sgr_f30k", "ncr_sgr_f30k"], tmp_path,
+                                     force={"ncr_sgr_f30k"}) == [kept]
+    assert yaml.safe_load(kept.read_text())["model"]["class_path"] == "ncl.methods.ncr.NCR"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ncr_sgr_f30k.yaml", "rcl_sgr_f30k.yaml"]

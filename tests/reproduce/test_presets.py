@@ -13,6 +13,7 @@ import pytest
 
 from ncl.reproduce import cli as reproduce
 from ncl.reproduce.cells import BENCH, METHODS, configs_dir
+from ncl.reproduce.grid import PRESETS, ROWS, config_rows
 from ncl.reproduce.slurm import TEMPLATES, template_text
 from launch import launch, ncl_here
 
@@ -68,6 +69,40 @@ def test_video_preset_runs_the_shipped_video_configs(tmp_path: Path, capsys: pyt
     done = ncl_here(*lnc[3:], "--print_config", cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "noise_ratio: 0.5" in done.stdout and "NclCSVLogger" in done.stdout
+
+
+def test_config_presets_take_every_declared_row_with_a_config(tmp_path: Path) -> None:
+    """The paper preset's rows come from the declarations and the files in configs/: each row
+    with a paper config on each of its paper backbones that has a config for the dataset."""
+    for stem in ("rcl_sgr_f30k", "rcl_saf_f30k", "ncr_sgr_f30k", "ncr_saf_coco", "crcl_vse_f30k",
+                 "in2r_vse_f30k", "lnc_video_synthetic", "rcl_video_synthetic"):
+        (tmp_path / f"{stem}.yaml").write_text("{}\n")
+    rows = config_rows(tmp_path, "f30k")
+    assert set(rows) == {("rcl", "sgr"), ("rcl", "saf"), ("ncr", "sgr"), ("in2r", "vse")}  # crcl: vse not its own
+    assert rows == tuple(r for r in rows if r[0] == "rcl") + (("ncr", "sgr"), ("in2r", "vse"))  # row order
+    assert config_rows(tmp_path, "coco") == (("ncr", "saf"),)
+    # another backbone for every row that names {bb}; IN2R's in2r_vse_{ds} is VSE's only
+    assert config_rows(tmp_path, "synthetic", ("video",)) == (("rcl", "video"), ("lnc", "video"))
+    assert config_rows(tmp_path, "f30k", ("vse",)) == (("crcl", "vse"), ("in2r", "vse"))
+    paper = PRESETS["paper"].resolved(REPO / "configs", "coco")
+    assert paper.rows == config_rows(REPO / "configs", "coco") and PRESETS["paper"].rows == ()
+    assert PRESETS["tiny"].resolved(tmp_path, "f30k") is PRESETS["tiny"]
+
+
+def test_the_paper_preset_is_every_declared_row_with_a_paper_config(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture) -> None:
+    rows = PRESETS["paper"].resolved(REPO / "configs", "f30k").rows
+    # the hand-written list of before (issue 46), now in row order, and the rows added since
+    before = {("triplet", "sgr"), ("triplet", "saf"), ("triplet_warmup", "sgr"), ("triplet_sum", "sgr"),
+              ("infonce", "sgr"), ("ncr", "sgr"), ("lnc", "sgr"), ("rcl", "sgr"), ("rcl", "saf"),
+              ("crcl", "sgr"), ("crcl", "saf"), ("recon", "sgr"), ("recon", "saf"), ("decl", "sgr"),
+              ("decl", "saf"), ("l2rm", "sgr"), ("l2rm", "saf")}
+    assert before | {("gsc", "sgr"), ("gsc", "saf"), ("in2r", "vse")} <= set(rows)
+    assert {m for m, _ in rows} == {name for name, row in ROWS.items() if row.paper_config}
+    assert [m for m, _ in rows] == sorted((m for m, _ in rows), key=list(ROWS).index)
+    fits = [c for c in dry_run(capsys, tmp_path, "--preset", "paper", "--methods", "in2r", "--seeds", "0",
+                               "--noise", "0.2", "--noise-types", "caption") if c[3] == "fit"]
+    assert [Path(c[c.index("--config") + 1]).name for c in fits] == ["in2r_vse_f30k.yaml"]
 
 
 def test_configs_are_found_in_the_working_directory_or_named(tmp_path: Path,

@@ -68,7 +68,7 @@ def test_paper_dry_run_builds_the_method_configs_command_lines(tmp_path: Path,
     assert reproduce.main(["--preset", "paper", "--seeds", "0", "--dry-run", "--out", str(tmp_path),
                            "--data-root", "/data"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(sys.executable)]
-    rows = len(PRESETS["paper"].rows)
+    rows = len(PRESETS["paper"].resolved(REPO / "configs", "f30k").rows)
     assert len(lines) == 2 * rows * 7  # fit + test; ratio 0 once, 3 ratios x 2 kinds
     assert not (tmp_path / "cells").exists()  # nothing ran
     commands = [shlex.split(line) for line in lines]
