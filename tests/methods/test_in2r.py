@@ -31,7 +31,7 @@ from ncl.division.in2r_queue import EmbeddingQueue
 from ncl.errors import ConfigError
 from ncl.evaluation.ranking import COLUMNS
 from ncl.methods.in2r import IN2R
-from ncl.methods.in2r_support import own_queues
+from ncl.methods.in2r_support import restored_queues
 from ncl.models.in2r_vse import In2rVSE
 from ncl.models.sgraf import SGRAF
 
@@ -132,13 +132,17 @@ def test_rectification_reads_the_peers_queue() -> None:
     assert own.rectification(0, images, captions) == {}
 
 
-def test_queues_from_a_checkpoint_of_another_world_start_empty() -> None:
+def test_queues_are_restored_from_either_checkpoint_layout() -> None:
     queue = EmbeddingQueue.empty(4, 2)
-    saved = [[queue.state(), None], [queue.state(), None]]  # two ranks
+    queue.push(torch.ones(3, 2), torch.zeros(3, 2))
+    restored = restored_queues([queue.state(), None], torch.device("cpu"))  # shared: [A's, B's]
+    assert restored[1] is None and restored[0].ptr == 3 and restored[0].size == 4
+    assert torch.equal(restored[0].images[:3], torch.ones(3, 2))
+    old = [[queue.state(), None], [queue.state(), None]]  # per rank, before the queues were shared
     with pytest.warns(UserWarning, match="2 processes"):
-        assert own_queues(saved, torch.device("cpu")) is None
-    restored = own_queues(saved[:1], torch.device("cpu"))
-    assert restored[1] is None and restored[0].size == 4
+        assert restored_queues(old, torch.device("cpu")) is None
+    restored = restored_queues(old[:1], torch.device("cpu"))  # one process: its own
+    assert restored[1] is None and restored[0].ptr == 3
 
 
 def tiny_config(root: Path, cache: Path, epochs: int = 3, steps: int = 4, **kwargs) -> Path:
@@ -156,7 +160,7 @@ def test_fit_queues_rectifies_checkpoints_resumes_tests_and_predicts(tmp_path: P
     assert sorted(per_epoch(folder, "train/A/rectified_i2t_epoch")) == [2]
     assert sorted(per_epoch(folder, "train/B/rectified_t2i_epoch")) == [1, 2]
     ckpt = last_checkpoint(folder)
-    [queues] = ckpt["ncl_training_state"]["queues"]  # one process
+    queues = ckpt["ncl_training_state"]["queues"]  # [A's, B's]
     for q in queues:
         assert q["size"] == 32 and q["images"].shape[1] == 16 and q["images"].shape[0] >= 2
         assert torch.allclose(q["images"].norm(dim=1), torch.ones(q["images"].shape[0]), atol=1e-4)
@@ -172,7 +176,7 @@ def test_fit_queues_rectifies_checkpoints_resumes_tests_and_predicts(tmp_path: P
     assert killed.returncode == -9, killed.stderr[-2000:]
     killed_folder = run_folder(tmp_path / "killed")
     assert last_checkpoint(killed_folder)["epoch"] == 1
-    assert all(q is not None for q in last_checkpoint(killed_folder)["ncl_training_state"]["queues"][0])
+    assert all(q is not None for q in last_checkpoint(killed_folder)["ncl_training_state"]["queues"])
     main(["fit", "--config", str(killed_cfg), "--ckpt_path", "last"])
     assert per_epoch(killed_folder, "val/rsum") == per_epoch(folder, "val/rsum")
     assert_same_checkpoints(ckpt, last_checkpoint(killed_folder))  # queues included
