@@ -193,3 +193,45 @@ def test_fit_queues_rectifies_checkpoints_resumes_tests_and_predicts(tmp_path: P
     assert tuple(rows[0]) == COLUMNS  # the GMM ranking, IN2R's division
     prob = [float(r["clean_probability"]) for r in rows]
     assert prob == sorted(prob) and len(set(prob)) > 2 and all(0 <= p <= 1 for p in prob)
+
+
+def test_the_division_pass_reads_pairs_augmented_from_a_stream_of_its_own(
+        tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from ncl.data.datasets import PairDataset
+    from ncl.data.precomp import load_split
+    from ncl.data.vocab import load_vocabulary
+    from ncl.methods import in2r as in2r_module
+    from ncl.methods.in2r_support import augmented
+    from ncl.training.passes import run_pass
+
+    vocab = load_vocabulary(tiny_root / "vocab" / "toy_precomp_vocab.json")
+    split = load_split(tiny_root / "toy_precomp", "train", vocab)
+    pairs = PairDataset(split, np.arange(split.n_captions) // 5)
+    monkeypatch.setattr(in2r_module, "retrieval_data",
+                        lambda *_: SimpleNamespace(batch_size=8, vocab_size=len(vocab)))
+    method = in2r(seed=3)
+    method._trainer = SimpleNamespace()  # read only by the patched retrieval_data
+    spec, _ = method.division_pass(2)
+
+    def lengths(net: torch.nn.Module, batch: dict) -> torch.Tensor:  # (B,) what the pass read
+        regions = batch.get("image_lengths", torch.full((len(batch["index"]),), 4))
+        return torch.stack([batch["lengths"], regions], dim=1).float()
+
+    net = torch.nn.Linear(1, 1)
+    seen = run_pass(replace(spec, fn=lengths), [net, net], pairs, 2, torch.device("cpu"))[0]  # (N, 2)
+    plain = torch.tensor([[len(pairs[i]["tokens"]), 4] for i in range(len(pairs))]).float()
+    assert not torch.equal(seen, plain)  # tokens deleted, regions removed (20 % each)
+    assert (seen <= plain).all()
+    again = run_pass(replace(spec, fn=lengths), [net, net], pairs, 2, torch.device("cpu"))[0]
+    assert torch.equal(seen, again)  # a pure function of (seed, epoch, caption): exact on resume
+    trained = augmented(pairs, 2, method.plan_seed, len(vocab))  # the training loader's draw
+    drawn = torch.tensor([[len(trained[i]["tokens"]), trained[i]["image"].shape[0]] for i in range(len(pairs))])
+    assert not torch.equal(seen, drawn.float())  # another stream than training's
+    plain_pass = in2r(division_augmentation=False)
+    plain_pass._trainer = SimpleNamespace()
+    assert plain_pass.division_pass(2)[0].view is None  # the plain pass
