@@ -75,7 +75,7 @@ def load_word_vectors(nets: nn.ModuleList, vocab: Any) -> int | None:
             order); ``<mask>`` is added when the embeddings have its row.
 
     Returns:
-        Words found in the file (the last network's), ``None`` without GloVe.
+        Vocabulary words found in the file (read once for every network), ``None`` without GloVe.
     """
     paths = {getattr(net, "glove_path", None) for net in nets}
     if paths == {None}:
@@ -87,11 +87,14 @@ def load_word_vectors(nets: nn.ModuleList, vocab: Any) -> int | None:
     if vocab is None:
         raise ConfigError("model.backbone.init_args.glove_path needs the DataModule's vocabulary "
                           "(data.vocab: ncl's DataModules have it)")
+    if len(paths) > 1:
+        raise ConfigError(f"model.backbone.init_args.glove_path: the networks name different files "
+                          f"({', '.join(sorted(map(str, paths)))})")
+    words = list(vocab.words) + ["<mask>"] * (int(nets[0].vocab_size) - len(vocab.words))
+    rows = nets[0].glove_rows(words)  # the file is read once for every network
     found = None
     for net in nets:
-        rows = int(net.txt_enc.embed.weight.shape[0])
-        words = list(vocab.words) + ["<mask>"] * (rows - len(vocab.words))
-        found = net.load_glove(words)
+        found = net.load_glove(words, rows)
     return found
 
 

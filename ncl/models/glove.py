@@ -99,6 +99,33 @@ def read_vectors(path: str | Path, wanted: set[str], dim: int) -> dict[str, Tens
     return found
 
 
+def glove_rows(words: Sequence[str], path: str | Path, dim: int) -> dict[int, Tensor]:
+    """Row ``i`` -> the ``(dim,)`` GloVe vector of ``words[i]`` (or of its
+    :func:`fallback_key`), for the words the file has.
+
+    Raises:
+        ConfigError: a missing file or another vector size than ``dim``.
+    """
+    check_glove_file(path, dim)
+    vectors = read_vectors(path, set(words) | {fallback_key(w) for w in words}, dim)
+    rows = {}
+    for i, word in enumerate(words):
+        vector = vectors.get(word)
+        if vector is None:
+            vector = vectors.get(fallback_key(word))
+        if vector is not None:
+            rows[i] = vector
+    return rows
+
+
+def write_rows_(weight: Tensor, rows: dict[int, Tensor]) -> int:
+    """Write ``rows`` (row -> vector) into ``(V, dim)`` ``weight`` in place; returns how many."""
+    with torch.no_grad():
+        for i, vector in rows.items():
+            weight[i] = vector.to(weight.dtype)
+    return len(rows)
+
+
 def load_glove_(weight: Tensor, words: Sequence[str], path: str | Path) -> int:
     """Write the GloVe vector of every word of ``words`` that the file has (or its
     :func:`fallback_key`) into its row of ``weight``, in place; the other rows are kept.
@@ -118,15 +145,4 @@ def load_glove_(weight: Tensor, words: Sequence[str], path: str | Path) -> int:
     if rows != len(words):
         raise ConfigError(f"{OPTION}: the word embeddings have {rows} rows for {len(words)} "
                           f"vocabulary words")
-    check_glove_file(path, dim)
-    vectors = read_vectors(path, set(words) | {fallback_key(w) for w in words}, dim)
-    found = 0
-    with torch.no_grad():
-        for i, word in enumerate(words):
-            vector = vectors.get(word)
-            if vector is None:
-                vector = vectors.get(fallback_key(word))
-            if vector is not None:
-                weight[i] = vector.to(weight.dtype)
-                found += 1
-    return found
+    return write_rows_(weight, glove_rows(words, path, dim))

@@ -37,7 +37,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ncl.errors import ConfigError
 from ncl.models.contracts import EVAL_BATCHINGS, EvalBatching
-from ncl.models.glove import check_glove_file, load_glove_
+from ncl.models.glove import check_glove_file, glove_rows, load_glove_, write_rows_
 from ncl.models.gpo import GPO
 from ncl.models.layers import l2norm
 from ncl.models.vse_infinity import GPO_DIM, MLP, EncoderImageAggr, VSEInfinity
@@ -174,10 +174,22 @@ class In2rVSE(VSEInfinity):
         """``(B, L)`` ids -> ``(B, E)``, centred over the batch when ``batch_center``."""
         return self._centred(super().encode_captions(tokens, lengths))
 
-    def load_glove(self, words: Sequence[str]) -> int | None:
+    def load_glove(self, words: Sequence[str], rows: dict[int, Tensor] | None = None) -> int | None:
         """Write the ``glove_path`` vectors of ``words`` (the vocabulary in id order, with
         ``<mask>`` when the embedding has its row) into the word embeddings; returns how many
-        were found, ``None`` without ``glove_path`` (:func:`~ncl.models.glove.load_glove_`)."""
+        were found, ``None`` without ``glove_path`` (:func:`~ncl.models.glove.load_glove_`).
+        ``rows`` (:meth:`glove_rows`, read once for several networks) replaces the file."""
         if self.glove_path is None:
             return None
+        if rows is not None:
+            return write_rows_(self.txt_enc.embed.weight, rows)
         return load_glove_(self.txt_enc.embed.weight, words, self.glove_path)
+
+    def glove_rows(self, words: Sequence[str]) -> dict[int, Tensor]:
+        """Row -> vector of the ``glove_path`` file for ``words`` (:func:`~ncl.models.glove.glove_rows`)."""
+        if self.glove_path is None:
+            return {}
+        if len(words) != self.vocab_size:
+            raise ConfigError(f"model.backbone.init_args.glove_path: the word embeddings have "
+                              f"{self.vocab_size} rows for {len(words)} vocabulary words")
+        return glove_rows(words, self.glove_path, int(self.txt_enc.embed.weight.shape[1]))
