@@ -9,8 +9,10 @@
   and, once the split is gathered, the statistics are taken over all of it
   (:func:`with_split_statistics`).
 
-``pairs`` and ``split`` give the same embeddings whatever the number of DDP processes;
-``separate`` with a batch-dependent backbone does not (each rank's share forms other batches).
+``pairs`` gives the same embeddings whatever the number of DDP processes (the same batches),
+``split`` up to the last bits any encoder's kernels leave with another batch size; ``separate``
+with a batch-dependent backbone does not (each rank's share forms other batches, and the
+batch statistics differ).
 """
 
 from __future__ import annotations
