@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader
 from ncl.data.augment import Augmentation
 from ncl.data.batch_policy import pin_memory
 from ncl.data.datasets import CaptionDataset, ImageDataset, PairDataset, collate
+from ncl.data.eval_batches import PairBatches, whole_batch
 from ncl.data.facts import real_noise_default
 from ncl.data.noise import Noise, NoiseType, check_ratio, make_noise, resolve_noise_file
 from ncl.data.noise_record import NoiseRecord
@@ -145,6 +146,8 @@ class PrecompDataModule(TrainLoader, NoiseRecord, StartChecks, PredictSplit, L.L
         self.predict_split, self.predict_batch_size = "train", None
         self.predict_data: PrecompSplit | None = None
         self._predict_pairs: PairDataset | None = None
+        # How val/test loaders batch: images and captions apart, or pairs (use_eval_pairs).
+        self.eval_pairs = False
 
     # ----------------------------------------------------------------- properties
     @property
@@ -248,9 +251,20 @@ class PrecompDataModule(TrainLoader, NoiseRecord, StartChecks, PredictSplit, L.L
         # Absent from checkpoints written before issue 27: nothing is claimed then.
         self.trained_noise = dict(state_dict.get("training_noise") or {})
 
+    def use_eval_pairs(self, pairs: bool) -> None:
+        """Serve evaluation as batches of pairs (:class:`~ncl.data.eval_batches.PairBatches`,
+        what a backbone whose embeddings depend on the batch asks for) or, by default, as
+        separate image and caption loaders; the method chooses in its ``setup``."""
+        self.eval_pairs = bool(pairs)
+
     def eval_loaders(self, split: PrecompSplit) -> list[DataLoader]:
-        """``[images, captions]`` loaders: each image and each caption encoded once."""
+        """``[images, captions]`` loaders: each image and each caption encoded once; or, with
+        :meth:`use_eval_pairs`, ``[pairs]``: ``eval_batch_size`` pairs in caption order, one
+        whole batch per item (a ``DistributedSampler`` deals whole batches to the ranks)."""
         size = self.eval_batch_size
+        if self.eval_pairs:
+            options = {**self._worker_options(), "collate_fn": whole_batch}
+            return [DataLoader(PairBatches(split, size), batch_size=None, shuffle=False, **options)]
         return [self._loader(ImageDataset(split), size, False),
                 self._loader(CaptionDataset(split), size, False)]
 

@@ -21,7 +21,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ncl.callbacks.protocols import EpochDiagnostics
 from ncl.data.contracts import check_features_fit
+from ncl.data.eval_batches import is_pair_batch
 from ncl.errors import ConfigError
+from ncl.evaluation.batching import encoding_context, networks_batching, with_split_statistics
 from ncl.evaluation.autocast import check_eval_autocast, eval_autocast_refusal, similarity_context
 from ncl.evaluation.epoch_end import finish_test, finish_validation
 from ncl.evaluation.metric import Embeddings, Evaluation, RetrievalEvaluation, score_networks
@@ -107,6 +109,19 @@ class RetrievalMethod(BatchScoring, Resumable, TrainingSkeleton, L.LightningModu
         if stage != "predict" and (refusal := eval_autocast_refusal(self.eval_autocast,
                                                                     self.trainer.precision)):
             raise ConfigError(refusal)
+        if stage != "predict":
+            self.choose_eval_batches()
+
+    def choose_eval_batches(self) -> None:
+        """Ask the DataModule for batches of pairs when the networks' embeddings depend on
+        their batch and their backbone asks for it (:mod:`ncl.evaluation.batching`)."""
+        pairs = networks_batching(self.nets) == "pairs"
+        dm = getattr(self.trainer, "datamodule", None)
+        if hasattr(dm, "use_eval_pairs"):
+            dm.use_eval_pairs(pairs)
+        elif pairs:
+            raise ConfigError(f"the backbone's eval_batches 'pairs' needs a DataModule with "
+                              f"use_eval_pairs (ncl's); {type(dm).__name__} has none")
 
     def configure_optimizers(self) -> Any:
         """One optimiser per network, then the method's :meth:`extra_optimizers`, each with
@@ -171,14 +186,30 @@ class RetrievalMethod(BatchScoring, Resumable, TrainingSkeleton, L.LightningModu
                       on_epoch=True, prog_bar=False, batch_size=batch_size, sync_dist=False)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
-        """Encode a batch of images (loader 0) or captions (loader 1) with every network."""
-        if dataloader_idx == 0:
-            images = [encode_images(net, batch).float() for net in self.nets]
-            self.evaluation.update(batch["index"], images)
-        else:
-            lengths = batch["lengths"]
-            captions = [net.encode_captions(batch["tokens"], lengths).float() for net in self.nets]
-            self.evaluation.update(batch["index"], captions, lengths=lengths)
+        """Encode a batch of images (loader 0), of captions (loader 1) or of pairs (the only
+        loader, :mod:`ncl.data.eval_batches`) with every network."""
+        with encoding_context(self.nets):
+            if is_pair_batch(batch):
+                self.encode_pair_batch(batch)
+            elif dataloader_idx == 0:
+                images = [encode_images(net, batch).float() for net in self.nets]
+                self.evaluation.update(batch["index"], images)
+            else:
+                self.encode_caption_batch(batch)
+
+    def encode_caption_batch(self, batch: dict[str, Tensor]) -> None:
+        lengths = batch["lengths"]
+        captions = [net.encode_captions(batch["tokens"], lengths).float() for net in self.nets]
+        self.evaluation.update(batch["index"], captions, lengths=lengths)
+
+    def encode_pair_batch(self, batch: dict[str, Tensor]) -> None:
+        """Both sides of a batch of pairs, each centred (or whatever the backbone does) over
+        the whole batch; an image is kept from the batch of its first caption (official
+        ``encode_data``: ``image_index`` -1 elsewhere)."""
+        keep = batch["image_index"] >= 0
+        images = [encode_images(net, batch)[keep].float() for net in self.nets]
+        self.evaluation.update(batch["image_index"][keep], images)
+        self.encode_caption_batch(batch)
 
     test_step = validation_step
 
@@ -204,7 +235,7 @@ class RetrievalMethod(BatchScoring, Resumable, TrainingSkeleton, L.LightningModu
         trainer's precision is not even read, so a bare evaluation harness needs none)."""
         precision = self.trainer.precision if self.eval_autocast else None
         with similarity_context(self.eval_autocast, precision, self.device.type):
-            return self.similarities(emb, site)
+            return self.similarities(with_split_statistics(emb, self.nets), site)
 
     def on_validation_epoch_end(self) -> None:
         if not self.trainer.sanity_checking and self.evaluation.cap_index:  # sanity: steps only

@@ -23,23 +23,27 @@ Two networks A and B co-teach as in NCR:
   One optimiser step per iteration on the sum; the refiners are extra parameter groups of the
   network's optimiser. Evaluation averages the two networks' similarities.
 
-State (checkpointed): the division, and every rank's two queues (:mod:`ncl.methods.in2r_support`).
+State (checkpointed): the division and the two queues, the same on every rank (a push
+all-gathers the ranks' rows: :mod:`ncl.methods.in2r_support`).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, ClassVar, Literal
 
 import lightning as L
 import torch
 from lightning.pytorch.cli import OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
+from torch.utils.data import Dataset
 
 from ncl.callbacks.division import GMMDivision, divide_if_due
 from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, PassSpec
 from ncl.data.contracts import retrieval_data
 from ncl.data.datasets import Batch, PairDataset
-from ncl.data.samplers import global_seed
+from ncl.data.samplers import epoch_seed, global_seed
 from ncl.division import CleanRule
 from ncl.division.co_divide import Division, co_divide_record, division_made_for, mean_hinge
 from ncl.division.in2r_queue import (EmbeddingQueue, enqueue_mask, mean_clean_probability,
@@ -49,12 +53,17 @@ from ncl.losses.in2r import labelled_loss, rectified_loss, warmup_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.methods.declaration import TINY_ADAM_ARGS, TINY_DATA_ARGS, MethodSpec, RegressionCase, Row
 from ncl.methods.in2r_support import (augmented, check_pooled_backbone, check_queue_fits,
-                                      gather_queues, own_queues)
+                                      gathered_push, load_word_vectors, queue_states,
+                                      restored_queues)
 from ncl.methods.reports import co_divide_report
 from ncl.methods.skeleton import check_ranges
 from ncl.models.contracts import encode_images
 from ncl.models.in2r_refiner import GraphRefiner
+from ncl.streams import declare_stream
 from ncl.training.plans import DIVISION_STREAM, PlanLoader, StepDataset, co_teaching_plan
+
+#: Stream of the division pass's augmentation draws (apart from the training loader's).
+DIVISION_AUGMENT_STREAM = declare_stream(61, "in2r.division_augment")
 
 Side = Literal["peer", "own"]
 Refiner = Literal["graph", "mean"]
@@ -96,8 +105,10 @@ class IN2R(RetrievalMethod):
             network's ``own`` (code; ``w`` is the peer's) or the ``peer``'s (the same division).
         clip_refiners: clip the refiners with the network (code: not clipped).
         augmentation: the official training loader's augmentation (tokens and regions, 20 % each;
-            :func:`~ncl.methods.in2r_support.augmented`); the division pass reads the pairs as
-            stored (official ``eval_train`` reads augmented ones: docs/methods/in2r.md).
+            :func:`~ncl.methods.in2r_support.augmented`).
+        division_augmentation: the division pass reads augmented pairs too (official
+            ``eval_train`` iterates the augmenting training loader), drawn from a stream of its
+            own; off: the pairs as stored.
         seed: seed of the plans and the division shuffle; ``None``: the run's seed.
     """
 
@@ -129,7 +140,8 @@ class IN2R(RetrievalMethod):
                  i2t: bool = False, t2i: bool = False, correction_weight: float = 0.5,
                  refiner: Refiner = "graph", refiner_heads: int = 4, refiner_dropout: float = 0.1,
                  retrieve_from: Side = "peer", enqueue_mean: Side = "own",
-                 clip_refiners: bool = False, augmentation: bool = True, seed: int | None = None,
+                 clip_refiners: bool = False, augmentation: bool = True,
+                 division_augmentation: bool = True, seed: int | None = None,
                  **kwargs: Any) -> None:
         super().__init__(vocab_size, backbone, optimizer=optimizer, lr_update=lr_update,
                          n_networks=2, **kwargs)
@@ -141,7 +153,7 @@ class IN2R(RetrievalMethod):
         self.refiners = nn.ModuleList([nn.ModuleDict({
             side: GraphRefiner(dim, refiner_heads, refiner_dropout) for side in ("i2t", "t2i")})
             for _ in self.nets])
-        # Training state (checkpointed): the division and this rank's queues (A's, B's).
+        # Training state (checkpointed): the division and the queues (A's, B's), on every rank.
         self.division: Division | None = None
         self.queues: list[EmbeddingQueue | None] = [None, None]
 
@@ -153,7 +165,12 @@ class IN2R(RetrievalMethod):
         super().setup(stage)
         if stage == "fit":
             dm = self.take_train_loader(self.in2r_dataloader, "IN2R")
-            check_queue_fits(self.hparams.queue_size, self.hparams.k, dm.batch_size)
+            check_queue_fits(self.hparams.queue_size, self.hparams.k, dm.batch_size,
+                             self.trainer.world_size)
+            if self.trainer.ckpt_path is None:  # a resumed run restores the trained embeddings
+                found = load_word_vectors(self.nets, getattr(dm, "vocab", None))
+                if found is not None:
+                    rank_zero_info(f"IN2R: GloVe vectors for {found} vocabulary words")
 
     def configure_optimizers(self) -> Any:
         """One optimiser per network with its refiners as a second parameter group (same lr,
@@ -198,11 +215,17 @@ class IN2R(RetrievalMethod):
 
     def division_pass(self, epoch: int) -> tuple[PassSpec, GMMSpec]:
         """Each network's mean hinge over one shuffle of the training set (official
-        ``eval_train``: one loader for both), cut into training-size batches."""
+        ``eval_train``: one loader for both), cut into training-size batches; with
+        ``division_augmentation`` the pairs augmented as the official training loader (which
+        ``eval_train`` iterates) augments them, drawn from a stream of their own."""
         hp = self.hparams
-        batch_size = retrieval_data(self.trainer, "IN2R").batch_size
-        spec = PassSpec(mean_hinge(hp.margin), (0, 1), batch_size, hp.division_shuffle,
-                        DIVISION_STREAM, self.plan_seed)
+        dm = retrieval_data(self.trainer, "IN2R")
+        view = None
+        if hp.division_augmentation:
+            seed = epoch_seed(self.plan_seed, 0, DIVISION_AUGMENT_STREAM)
+            view = partial(_augmented_view, seed=seed, vocab_size=dm.vocab_size)
+        spec = PassSpec(mean_hinge(hp.margin), (0, 1), dm.batch_size, hp.division_shuffle,
+                        DIVISION_STREAM, self.plan_seed, view=view)
         return spec, GMMSpec(seed=hp.gmm_seed)
 
     def accept_division(self, epoch: int, values: Tensor, clean_prob: Tensor) -> None:
@@ -211,20 +234,14 @@ class IN2R(RetrievalMethod):
 
     # ------------------------------------------------------------------ state
     def training_state(self) -> dict[str, Any]:
-        """The division (identical on every rank); the queues are added per rank by
-        :meth:`on_save_checkpoint`."""
-        return {"division": None if self.division is None else self.division.state()}
+        """The division and the queues (both identical on every rank)."""
+        return {"division": None if self.division is None else self.division.state(),
+                "queues": queue_states(self.queues)}
 
     def load_training_state(self, state: dict[str, Any]) -> None:
         self.division = Division.from_state(state.get("division"))
         fitting = self._trainer is not None and self.trainer.state.fn == "fit"  # evaluation needs none
-        self.queues = (own_queues(state.get("queues"), self.device) if fitting else None) or [None, None]
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Every rank's queues (``queues``: one ``[A's, B's]`` per rank). Lightning calls this
-        hook on every rank, so the gather is safe."""
-        super().on_save_checkpoint(checkpoint)
-        checkpoint.setdefault("ncl_training_state", {})["queues"] = gather_queues(self.queues)
+        self.queues = (restored_queues(state.get("queues"), self.device) if fitting else None) or [None, None]
 
     # ------------------------------------------------------------------ training
     def embed(self, k: int, batch: Batch) -> tuple[Tensor, Tensor]:
@@ -267,14 +284,15 @@ class IN2R(RetrievalMethod):
 
     def push(self, k: int, index: Tensor, images: Tensor, captions: Tensor) -> Tensor:
         """Queue the labelled pairs whose clean probability (from the division network ``k``
-        trains on: the peer's) exceeds the ``enqueue_mean``; returns how many were queued."""
+        trains on: the peer's) exceeds the ``enqueue_mean``, every rank's in rank order;
+        returns how many of this rank's were queued."""
         div, hp = self.division, self.hparams
         w = div.prob_on(index.device)[1 - k][index]  # (B,) the peer's
         side = k if hp.enqueue_mean == "own" else 1 - k
         mask = enqueue_mask(w, mean_clean_probability(div.prob[side], div.clean[side]))
         if self.queues[k] is None:
             self.queues[k] = EmbeddingQueue.empty(hp.queue_size, int(images.shape[1]), images.device)
-        self.queues[k].push(images[mask].float(), captions[mask].float())
+        self.queues[k].push(*gathered_push(images[mask].float(), captions[mask].float()))
         return mask.sum().float()
 
     def rectification(self, k: int, images: Tensor, captions: Tensor) -> dict[str, Tensor]:
@@ -306,6 +324,12 @@ class IN2R(RetrievalMethod):
         """The co-divide epoch ``epoch`` trains on (sizes, detection P/R/F1, losses, ``w``)."""
         division = self.division if division_made_for(self.division, epoch) else None
         return co_divide_report(division, self.network_names, self.hparams.gmm_seed, true_clean)
+
+
+def _augmented_view(pairs: PairDataset, epoch: int, *, seed: int, vocab_size: int) -> Dataset:
+    """The division pass's pairs for ``epoch``: :func:`~ncl.methods.in2r_support.augmented`
+    with the pass's own seed (a pure function of ``(seed, epoch, caption)``: exact on resume)."""
+    return augmented(pairs, epoch, seed, vocab_size)
 
 
 def _check_ranges(hp: Any) -> None:

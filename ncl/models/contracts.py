@@ -21,9 +21,18 @@ the one adaptor from a collated batch to these calls). A backbone with a fixed r
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from contextlib import AbstractContextManager
+from typing import Literal, Protocol, runtime_checkable
 
 from torch import Tensor, nn
+
+#: How evaluation forms the batches a backbone encodes (:func:`eval_batching`): ``separate``
+#: loaders of images and of captions; ``pairs`` of ``eval_batch_size`` (image, caption) pairs
+#: in caption order, each image once per caption (the official ``encode_data`` of IN2R);
+#: ``split``: each sample encoded without the batch's statistics, which are then taken over
+#: the whole split.
+EvalBatching = Literal["separate", "pairs", "split"]
+EVAL_BATCHINGS: tuple[str, ...] = ("separate", "pairs", "split")
 
 
 @runtime_checkable
@@ -84,6 +93,38 @@ class RetrievalBackbone(Protocol):
             entry ``(i, j)`` scores image ``i`` against caption ``j``; the diagonal holds the
             batch's (possibly mismatched) pairs.
         """
+
+
+@runtime_checkable
+class BatchDependentBackbone(Protocol):
+    """A backbone whose embedding of a sample may depend on the other samples of its batch
+    (IN2R's VSE centres every batch: :class:`~ncl.models.in2r_vse.In2rVSE`). Evaluation reads
+    this declaration (:func:`eval_batching`), never the method's or the backbone's name.
+
+    Attributes:
+        batch_dependent: whether, as configured, an embedding depends on its batch.
+        eval_batches: the evaluation batching the backbone asks for (:data:`EvalBatching`).
+    """
+
+    batch_dependent: bool
+    eval_batches: EvalBatching
+
+    def batch_free(self) -> AbstractContextManager[None]:
+        """A context in which :meth:`~RetrievalBackbone.encode_images` and
+        :meth:`~RetrievalBackbone.encode_captions` leave the batch statistics out."""
+
+    def split_statistics(self, emb: Tensor, /) -> Tensor:
+        """The batch statistics applied over a whole split's ``(N, E)`` embeddings, encoded
+        in :meth:`batch_free`: ``(N, E)``."""
+
+
+def eval_batching(net: nn.Module) -> EvalBatching:
+    """How evaluation batches ``net``'s inputs: the backbone's ``eval_batches`` when it
+    declares a batch-dependent encoding (:class:`BatchDependentBackbone`), else ``separate``
+    (each image and each caption encoded once; the batching cannot change an embedding)."""
+    if isinstance(net, BatchDependentBackbone) and net.batch_dependent:
+        return net.eval_batches
+    return "separate"
 
 
 def forward_batch(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:

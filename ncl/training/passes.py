@@ -44,6 +44,9 @@ class PassSpec:
         per_net_shuffle: a shuffle of its own for every network (NCR: one loader per net),
             seeded ``(seed, epoch, stream, net, 0)``; otherwise one shuffle seeded
             ``(seed, epoch, stream)`` shared by all networks.
+        view: what the pass reads instead of the training pairs, from them and the epoch
+            (IN2R: the pairs augmented as the official training loader augments them); it
+            must give the same items on every rank and after a resume. ``None``: the pairs.
     """
 
     fn: PerSampleFn
@@ -53,6 +56,7 @@ class PassSpec:
     stream: int
     seed: int
     per_net_shuffle: bool = False
+    view: Callable[[Dataset, int], Dataset] | None = None
 
 
 def pass_order(spec: PassSpec, num_samples: int, epoch: int, net: int) -> np.ndarray:
@@ -72,6 +76,8 @@ def run_pass(spec: PassSpec, nets: Sequence[nn.Module], pairs: Dataset, epoch: i
         ``(len(spec.nets), N, ...)`` on ``device``, identical on every rank.
     """
     chosen = [nets[k] for k in spec.nets]
+    if spec.view is not None:
+        pairs = spec.view(pairs, epoch)
     batches = [deal_batches(pass_order(spec, len(pairs), epoch, k), spec.batch_size, rank, world)
                for k in spec.nets]
     return per_sample_pass(chosen, pairs, batches, spec.fn, device, num_workers, description)

@@ -122,6 +122,17 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
         "a new base option (the evaluation similarity under the trainer's autocast); off, the "
         "similarity is float32 as before, so the run is the same",
 
+    # issue 47 (IN2R as its code runs it): entries below this line; the in2r_* snapshots were
+    # re-recorded with them
+    ("model.init_args.backbone.init_args.eval_batches", ABSENT, "pairs"):
+        "IN2R's VSE centres every batch, at evaluation too: it is now evaluated in the official "
+        "encode_data's batches of eval_batch_size pairs in caption order (before: separate image "
+        "and caption loaders, still the value separate); validation numbers, and so the selected "
+        "checkpoint, change, and no longer depend on the number of processes",
+    ("model.init_args.division_augmentation", ABSENT, True):
+        "IN2R's division pass reads augmented pairs, as the official eval_train iterates the "
+        "augmenting training loader (before: the pairs as stored, still the value false); the "
+        "division changes",
 }
 
 

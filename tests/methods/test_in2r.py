@@ -31,7 +31,7 @@ from ncl.division.in2r_queue import EmbeddingQueue
 from ncl.errors import ConfigError
 from ncl.evaluation.ranking import COLUMNS
 from ncl.methods.in2r import IN2R
-from ncl.methods.in2r_support import own_queues
+from ncl.methods.in2r_support import restored_queues
 from ncl.models.in2r_vse import In2rVSE
 from ncl.models.sgraf import SGRAF
 
@@ -132,13 +132,17 @@ def test_rectification_reads_the_peers_queue() -> None:
     assert own.rectification(0, images, captions) == {}
 
 
-def test_queues_from_a_checkpoint_of_another_world_start_empty() -> None:
+def test_queues_are_restored_from_either_checkpoint_layout() -> None:
     queue = EmbeddingQueue.empty(4, 2)
-    saved = [[queue.state(), None], [queue.state(), None]]  # two ranks
+    queue.push(torch.ones(3, 2), torch.zeros(3, 2))
+    restored = restored_queues([queue.state(), None], torch.device("cpu"))  # shared: [A's, B's]
+    assert restored[1] is None and restored[0].ptr == 3 and restored[0].size == 4
+    assert torch.equal(restored[0].images[:3], torch.ones(3, 2))
+    old = [[queue.state(), None], [queue.state(), None]]  # per rank, before the queues were shared
     with pytest.warns(UserWarning, match="2 processes"):
-        assert own_queues(saved, torch.device("cpu")) is None
-    restored = own_queues(saved[:1], torch.device("cpu"))
-    assert restored[1] is None and restored[0].size == 4
+        assert restored_queues(old, torch.device("cpu")) is None
+    restored = restored_queues(old[:1], torch.device("cpu"))  # one process: its own
+    assert restored[1] is None and restored[0].ptr == 3
 
 
 def tiny_config(root: Path, cache: Path, epochs: int = 3, steps: int = 4, **kwargs) -> Path:
@@ -156,7 +160,7 @@ def test_fit_queues_rectifies_checkpoints_resumes_tests_and_predicts(tmp_path: P
     assert sorted(per_epoch(folder, "train/A/rectified_i2t_epoch")) == [2]
     assert sorted(per_epoch(folder, "train/B/rectified_t2i_epoch")) == [1, 2]
     ckpt = last_checkpoint(folder)
-    [queues] = ckpt["ncl_training_state"]["queues"]  # one process
+    queues = ckpt["ncl_training_state"]["queues"]  # [A's, B's]
     for q in queues:
         assert q["size"] == 32 and q["images"].shape[1] == 16 and q["images"].shape[0] >= 2
         assert torch.allclose(q["images"].norm(dim=1), torch.ones(q["images"].shape[0]), atol=1e-4)
@@ -172,7 +176,7 @@ def test_fit_queues_rectifies_checkpoints_resumes_tests_and_predicts(tmp_path: P
     assert killed.returncode == -9, killed.stderr[-2000:]
     killed_folder = run_folder(tmp_path / "killed")
     assert last_checkpoint(killed_folder)["epoch"] == 1
-    assert all(q is not None for q in last_checkpoint(killed_folder)["ncl_training_state"]["queues"][0])
+    assert all(q is not None for q in last_checkpoint(killed_folder)["ncl_training_state"]["queues"])
     main(["fit", "--config", str(killed_cfg), "--ckpt_path", "last"])
     assert per_epoch(killed_folder, "val/rsum") == per_epoch(folder, "val/rsum")
     assert_same_checkpoints(ckpt, last_checkpoint(killed_folder))  # queues included
@@ -189,3 +193,45 @@ def test_fit_queues_rectifies_checkpoints_resumes_tests_and_predicts(tmp_path: P
     assert tuple(rows[0]) == COLUMNS  # the GMM ranking, IN2R's division
     prob = [float(r["clean_probability"]) for r in rows]
     assert prob == sorted(prob) and len(set(prob)) > 2 and all(0 <= p <= 1 for p in prob)
+
+
+def test_the_division_pass_reads_pairs_augmented_from_a_stream_of_its_own(
+        tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from ncl.data.datasets import PairDataset
+    from ncl.data.precomp import load_split
+    from ncl.data.vocab import load_vocabulary
+    from ncl.methods import in2r as in2r_module
+    from ncl.methods.in2r_support import augmented
+    from ncl.training.passes import run_pass
+
+    vocab = load_vocabulary(tiny_root / "vocab" / "toy_precomp_vocab.json")
+    split = load_split(tiny_root / "toy_precomp", "train", vocab)
+    pairs = PairDataset(split, np.arange(split.n_captions) // 5)
+    monkeypatch.setattr(in2r_module, "retrieval_data",
+                        lambda *_: SimpleNamespace(batch_size=8, vocab_size=len(vocab)))
+    method = in2r(seed=3)
+    method._trainer = SimpleNamespace()  # read only by the patched retrieval_data
+    spec, _ = method.division_pass(2)
+
+    def lengths(net: torch.nn.Module, batch: dict) -> torch.Tensor:  # (B,) what the pass read
+        regions = batch.get("image_lengths", torch.full((len(batch["index"]),), 4))
+        return torch.stack([batch["lengths"], regions], dim=1).float()
+
+    net = torch.nn.Linear(1, 1)
+    seen = run_pass(replace(spec, fn=lengths), [net, net], pairs, 2, torch.device("cpu"))[0]  # (N, 2)
+    plain = torch.tensor([[len(pairs[i]["tokens"]), 4] for i in range(len(pairs))]).float()
+    assert not torch.equal(seen, plain)  # tokens deleted, regions removed (20 % each)
+    assert (seen <= plain).all()
+    again = run_pass(replace(spec, fn=lengths), [net, net], pairs, 2, torch.device("cpu"))[0]
+    assert torch.equal(seen, again)  # a pure function of (seed, epoch, caption): exact on resume
+    trained = augmented(pairs, 2, method.plan_seed, len(vocab))  # the training loader's draw
+    drawn = torch.tensor([[len(trained[i]["tokens"]), trained[i]["image"].shape[0]] for i in range(len(pairs))])
+    assert not torch.equal(seen, drawn.float())  # another stream than training's
+    plain_pass = in2r(division_augmentation=False)
+    plain_pass._trainer = SimpleNamespace()
+    assert plain_pass.division_pass(2)[0].view is None  # the plain pass
