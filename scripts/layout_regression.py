@@ -50,8 +50,26 @@ CASES: dict[str, tuple[str, list[str]]] = {
 #: The committed records, one ``<case>.json`` per case.
 RECORDS = REPO / "docs" / "regression"
 
-#: One case's values: ``{epoch: rSum as logged, ..., "weights": SHA-256}``.
+#: One case's values: ``{epoch: rSum as logged, ..., "weights": SHA-256}``; a record also
+#: names the machine it was made on (``"machine"``), which is not compared.
 Values = dict[str, str]
+#: The key of a record that says where it was made (CPU model, torch build).
+MACHINE = "machine"
+
+
+def this_machine() -> str:
+    """``"<CPU model>, torch <version>"``: the values hold for one such pair."""
+    import platform
+
+    import torch
+
+    model = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                 if line.startswith("model name")]
+        model = names[0] if names else model
+    return f"{model}, torch {torch.__version__}"
 
 
 def command(case: str, out: Path) -> list[str]:
@@ -121,7 +139,7 @@ def write_record(case: str, values: Values, folder: Path = RECORDS) -> Path:
     """Write ``case``'s values to its own file in ``folder`` (no other file is touched)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = record_path(case, folder)
-    path.write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
+    path.write_text(json.dumps({**values, MACHINE: this_machine()}, indent=1, sort_keys=True) + "\n")
     return path
 
 
@@ -149,7 +167,7 @@ def differences(values: dict[str, Values], reference: dict[str, Values]) -> list
         if case not in reference:
             bad.append(f"{case}: no record")
             continue
-        before = reference[case]
+        before = {k: v for k, v in reference[case].items() if k != MACHINE}
         bad += [f"{case}: epoch {k}: {before.get(k)} -> {v}" for k, v in now.items() if before.get(k) != v]
         if sorted(before) != sorted(now):
             bad.append(f"{case}: epochs {sorted(before)} -> {sorted(now)}")
@@ -211,7 +229,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cases = args.cases or list(CASES)
     values = run_cases(cases, args.out, args.jobs)
-    bad = differences(values, read_reference(args.against or RECORDS, cases))
+    reference = read_reference(args.against or RECORDS, cases)
+    bad = differences(values, reference)
+    here = this_machine()
+    for case in sorted(c for c in reference if reference[c].get(MACHINE, here) != here):
+        print(f"note: {case}'s record was made on {reference[case][MACHINE]}, this is {here}: "
+              "summation order differs between CPUs, so digits may differ")
     for case, by_epoch in values.items():
         print(f"{case:16s} " + "  ".join(f"{e}:{v}" for e, v in sorted(by_epoch.items())))
     print("identical" if not bad else "DIFFERENT:\n" + "\n".join(bad))

@@ -53,7 +53,8 @@ def test_every_committed_record_is_a_declared_case_in_the_record_format() -> Non
     for path in records:
         values = json.loads(path.read_text())
         assert len(values["weights"]) == 64 and int(values["weights"], 16) >= 0, path
-        epochs = sorted(k for k in values if k != "weights")
+        assert values[REG.MACHINE], path  # where it was made: digits hold for one CPU kind
+        epochs = sorted(k for k in values if k not in ("weights", REG.MACHINE))
         assert epochs == ["0", "1", "2", "3"] and all(float(values[e]) >= 0 for e in epochs), path
 
 
@@ -63,13 +64,14 @@ def test_record_writes_only_the_cases_run_and_by_default_those_without_a_record(
     other = REG.write_record(third, {"0": "1.0", "weights": "mine"}, tmp_path)
     assert REG.main(["--record", "--cases", first, "--into", str(tmp_path)]) == 0
     assert fake_runs == [first]
-    assert json.loads((tmp_path / f"{first}.json").read_text()) == fake_values(first)
+    here = {REG.MACHINE: REG.this_machine()}  # every record names the machine it was made on
+    assert json.loads((tmp_path / f"{first}.json").read_text()) == {**fake_values(first), **here}
     assert sorted(p.stem for p in tmp_path.iterdir()) == sorted([first, third])
-    assert json.loads(other.read_text()) == {"0": "1.0", "weights": "mine"}  # untouched
+    assert json.loads(other.read_text()) == {"0": "1.0", "weights": "mine", **here}  # untouched
     # no --cases: every case without a record in the folder
     assert REG.main(["--record", "--into", str(tmp_path), "--jobs", "1"]) == 0
     assert fake_runs[1:] == [c for c in CASES if c not in (first, third)] and second in fake_runs
-    assert json.loads(other.read_text()) == {"0": "1.0", "weights": "mine"}
+    assert json.loads(other.read_text()) == {"0": "1.0", "weights": "mine", **here}
     assert REG.unrecorded(CASES, tmp_path) == []
     assert REG.main(["--record", "--into", str(tmp_path)]) == 0 and len(fake_runs) == len(CASES) - 1
 
@@ -96,6 +98,19 @@ def test_compare_reads_each_cases_record_or_the_old_one_file_format(
     (tmp_path / f"{second}.json").unlink()
     assert REG.main([*argv, str(tmp_path)]) == 1
     assert f"{second}: no record" in capsys.readouterr().out
+
+
+def test_the_machine_is_not_compared_but_named_when_it_differs(
+        tmp_path: Path, fake_runs: list[str], capsys: pytest.CaptureFixture) -> None:
+    case = CASES[0]
+    (tmp_path / f"{case}.json").write_text(json.dumps({**fake_values(case), REG.MACHINE: "Other CPU"}))
+    assert REG.main(["--compare", "--cases", case, "--against", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"note: {case}'s record was made on Other CPU, this is {REG.this_machine()}" in out
+    assert out.splitlines()[-1] == "identical"
+    REG.write_record(case, fake_values(case), tmp_path)  # made here: no note
+    assert REG.main(["--compare", "--cases", case, "--against", str(tmp_path)]) == 0
+    assert "note:" not in capsys.readouterr().out
 
 
 def test_differences_count_every_epoch_both_ways() -> None:
