@@ -35,7 +35,8 @@ from ncl.division.detection import prefixed
 from ncl.division.gsc import update_targets
 from ncl.errors import ConfigError
 from ncl.evaluation.ranking import GMM, Ranking
-from ncl.losses.gsc import gsc_objective, info_nce
+from ncl.losses.contrastive import info_nce
+from ncl.losses.gsc import gsc_objective
 from ncl.losses.triplet import triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
 from ncl.methods.declaration import TINY_RUN_ARGS, MethodSpec, RegressionCase, Row
@@ -135,7 +136,7 @@ class GSC(RetrievalMethod):
             if hp.warmup_loss == "triplet":
                 loss = triplet_loss(sims, margin=hp.margin, negatives="hardest").sum()
             else:
-                loss = info_nce(sims, hp.temperature)[0].mean()
+                loss = info_nce(sims, hp.temperature, directions="i2t", reduction="mean").loss
             self.log_train({"loss": loss}, batch_size=size)
             return loss
         lengths = [int(n) for n in batch["lengths"].tolist()]

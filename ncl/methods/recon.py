@@ -36,13 +36,12 @@ from ncl.division.three_way import (PseudoLabelInit, PseudoLabelScope, ThreeWayC
                                     penalty_factor)
 from ncl.division.detection import three_way
 from ncl.errors import ConfigError
-from ncl.losses import Negatives, triplet_loss
+from ncl.losses import Negatives, info_nce, triplet_loss
 from ncl.losses.recon import (SUBSET_CLEAN, SUBSET_LOCAL, SUBSET_NOISY, RelationKL, RowReduction,
                               cross_modal_relation_loss, relation_consistency_objective)
 from ncl.losses.recon_forward import (RelationFeatures, RelationLoss, RelationOptions, Score,
                                       check_backbone, division_values, relation_forward)
-from ncl.losses.recon_official import (TextProxy, info_nce_rows, official_rank_loss,
-                                       official_relation_loss)
+from ncl.losses.recon_official import TextProxy, official_rank_loss, official_relation_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
 from ncl.methods.skeleton import LrSchedule, check_ranges
@@ -258,7 +257,7 @@ class ReCon(RetrievalMethod):
         """The triplet warm-up (Eq. 12) or the official file's image-to-text InfoNCE."""
         hp = self.hparams
         sims, _ = relation_forward(self.net, batch, self.relation, relations=False)  # (B, B)
-        loss = self.reduce(info_nce_rows(sims.float(), hp.tau).loss if hp.warmup_loss == "infonce"
+        loss = self.reduce(info_nce(sims.float(), hp.tau, directions="i2t").loss if hp.warmup_loss == "infonce"
                            else triplet_loss(sims.float(), hp.margin, negatives=hp.warmup_negatives))
         self.log_train({"loss": loss, f"warmup_{hp.warmup_loss}": loss}, batch_size=sims.shape[0])
         return loss
@@ -288,7 +287,7 @@ class ReCon(RetrievalMethod):
         if batch_relation:  # one scalar over the whole batch, as published
             loss = loss + official_relation_loss(im)
         if hp.store_predictions == "step":
-            self.step_predictions.scatter(0, batch["index"], cm.prediction)
+            self.step_predictions.scatter(0, batch["index"], cm.probability)
         size = float(subset.numel())
         self.log_train({"loss": loss, "cross_modal": cm.loss.mean(), "intra_modal": im.loss.mean(),
                         "clean_fraction": float((subset == SUBSET_CLEAN).sum()) / size,
