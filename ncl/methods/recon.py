@@ -44,6 +44,7 @@ from ncl.losses.recon_forward import (RelationFeatures, RelationLoss, RelationOp
 from ncl.losses.recon_official import TextProxy, official_rank_loss, official_relation_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
+from ncl.methods.reports import division_report
 from ncl.methods.skeleton import LrSchedule, check_ranges
 from ncl.training.state import PerSampleState
 from ncl.streams import declare_stream
@@ -311,8 +312,8 @@ class ReCon(RetrievalMethod):
         labels = LabelView("ReCon final labels y_hat (Eq. 11)", division.labels,
                            "final label y_hat (0 = noisy, 1 = clean)")
         scalars = three_way_stats(division, true_clean)
-        return EpochDiagnostics(scalars, {"D_n": division.subset != SUBSET_NOISY}, losses, [labels],
-                                noise_detection=three_way(scalars))
+        return division_report({"D_n": division.subset != SUBSET_NOISY}, true_clean, scalars=scalars,
+                               noise_detection=three_way(scalars), losses=losses, labels=[labels])
 
 
 def _check_ranges(hp: Any) -> None:
