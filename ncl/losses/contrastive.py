@@ -6,16 +6,17 @@ diagonal = annotated pairs. Image ``i`` queries the captions along row ``i`` (``
 caption ``i`` queries the images along column ``i`` (``t2i``, written as row ``i`` of
 ``S^T``). Every method's InfoNCE is :func:`info_nce` with its own arguments:
 
-====================  ==============================================================
-RCL "CL", baseline    ``info_nce(S, tau, eps=1e-10)`` (Eq. 8, official ``+eps``)
-ReCon ``L_CM``        ``info_nce(S, tau, eps=0.0, weights=y)`` (Eq. 2, 15)
-ReCon official rank   ``info_nce(S, tau, combine="mean", weights=t)``; warm-up
-                      ``info_nce(S, tau, directions="i2t")``
-GSC                   ``info_nce(S, T, combine="mean", weights=y)``; structure term
-                      ``info_nce(A B^T, 1.0, directions="i2t")``
-CRCL active term      :func:`diagonal_info_nce` of its log-probabilities, ``weights=y_hat``
-L2RM / IN2R warm-up   the InfoNCE halves of the RCE loss (:mod:`ncl.losses.l2rm`)
-====================  ==============================================================
+* RCL's "CL" and the InfoNCE baseline: ``info_nce(S, tau, eps=1e-10)`` (RCL Eq. 8, official
+  ``+eps``);
+* ReCon's ``L_CM`` (Eq. 2, 15): ``info_nce(S, tau, eps=0.0, weights=y)``; its official file's
+  rank loss ``info_nce(S, tau, combine="mean", weights=t, logits="per_direction")`` and
+  warm-up ``info_nce(S, tau, directions="i2t")``;
+* GSC: ``info_nce(S, T, combine="mean", weights=y, logits="per_direction")``, the structure
+  term and the warm-up ``info_nce(., T, directions="i2t", ...)``;
+* CRCL's active term and ``p_hat``: :func:`diagonal_info_nce` of its log-probabilities
+  (``weights=y_hat``);
+* L2RM's and IN2R's warm-up: the InfoNCE halves of the RCE loss on
+  :func:`log_matching_probabilities` (:mod:`ncl.losses.l2rm`).
 
 Spec: reference_spec.md section 4.3.2; RCL (TPAMI 2023) Eq. 1-2 and Eq. 8.
 """
@@ -39,6 +40,7 @@ from ncl.losses._checks import (
 Direction = Literal["both", "i2t", "t2i"]
 Combine = Literal["sum", "mean"]
 Reduction = Literal["none", "mean", "sum"]
+Logits = Literal["shared", "per_direction"]
 
 #: RCL's official guard in the softmax denominators (``+1e-10``).
 RCL_EPS = 1e-10
@@ -161,6 +163,7 @@ def info_nce(
     combine: Combine = "sum",
     weights: Tensor | None = None,
     reduction: Reduction = "none",
+    logits: Logits = "shared",
 ) -> InfoNCETerms:
     """Bidirectional InfoNCE of every pair of a batch, and its diagonal matching probability.
 
@@ -185,13 +188,20 @@ def info_nce(
         combine: how two directions add up: ``"sum"`` or ``"mean"`` (``* 0.5``).
         weights: (B,) per-pair weights (soft labels, targets), treated as constants.
         reduction: ``"none"`` (per pair), ``"mean"`` or ``"sum"`` of ``loss``.
+        logits: how the ``t2i`` logits are formed: ``"shared"`` transposes ``S / tau``
+            (one division: RCL, ReCon's paper reading, CRCL, L2RM), ``"per_direction"``
+            divides ``S^T`` anew (GSC, ReCon's official file: one call per direction). The
+            values are the same; the gradients round differently (``g1 / tau + (g2 / tau)^T``
+            against ``(g1 + g2^T) / tau``), which changes a training run in the last bits.
 
     Returns:
         :class:`InfoNCETerms` (float32 or wider).
     """
     check_choice(directions, get_args(Direction), "directions")
-    logits = _logits(sims, tau, eps)
-    log_i2t = row_log_softmax(logits, eps) if directions != "t2i" else None
-    log_t2i = row_log_softmax(logits.t(), eps) if directions != "i2t" else None
+    check_choice(logits, get_args(Logits), "logits")
+    z = _logits(sims, tau, eps)  # (B, B)
+    z_t = z.t() if logits == "shared" else _logits(sims.t(), tau, eps)  # (B, B), captions query
+    log_i2t = row_log_softmax(z, eps) if directions != "t2i" else None
+    log_t2i = row_log_softmax(z_t, eps) if directions != "i2t" else None
     return diagonal_info_nce(log_i2t, log_t2i, combine=combine, weights=weights,
                              reduction=reduction)

@@ -19,7 +19,7 @@ The structure term (``forward_topology``: :mod:`ncl.models.gsc_structure`)::
 
 ``y`` are the per-sample targets (:mod:`ncl.division.gsc`). Both InfoNCE terms are the one
 InfoNCE (:func:`ncl.losses.contrastive.info_nce`): ``L_cl`` and ``preds`` with
-``combine="mean"`` and ``weights=y``, ``L_topo`` with ``directions="i2t"`` (the warm-up's
+``combine="mean"``, ``weights=y`` and ``logits="per_direction"``, ``L_topo`` with ``directions="i2t"`` (the warm-up's
 ``infonce`` too, at ``T``). It uses a log-softmax: the official ``exp`` form overflows float32
 once ``(A B^T)_ij > 88`` (``A B^T`` reaches ``B``, the batch size) and gives NaN there;
 elsewhere the values are the same.
@@ -78,7 +78,8 @@ def gsc_objective(sims: Tensor, img_logits: Tensor, cap_logits: Tensor, targets:
         gamma: weight of the structure term.
     """
     weights = targets.to(work_dtype(sims.dtype))
-    contrastive, preds = info_nce(sims, temperature, combine="mean", weights=weights, reduction="mean")
+    contrastive, preds = info_nce(sims, temperature, combine="mean", weights=weights, reduction="mean",
+                                  logits="per_direction")  # the official two calls' gradients
     img_s, cap_s = structure_matrices(img_logits, cap_logits, weights)
     structure = info_nce(img_s @ cap_s.t(), structure_temperature, directions="i2t",
                          weights=weights, reduction="mean").loss

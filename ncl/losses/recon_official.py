@@ -41,7 +41,8 @@ def official_rank_loss(sims: Tensor, targets: Tensor, tau: float) -> InfoNCETerm
 
     ``l^v2l = -log p_ii`` of the images querying (``info_nce_loss`` of ``sims``), ``l^l2v`` of
     the captions querying (of ``sims.T``); ``t`` the stored per-sample targets: the one InfoNCE
-    with ``combine="mean"`` and ``weights=t`` (:func:`~ncl.losses.contrastive.info_nce`). The
+    with ``combine="mean"``, ``weights=t`` and the published per-direction calls' op order
+    (``logits="per_direction"``; :func:`~ncl.losses.contrastive.info_nce`). The
     step's loss is ``xi * mean_i`` of this. The probability is ``(p_ii^v2l + p_ii^l2v) / 2``,
     which the file stores for every pair of every step.
 
@@ -55,7 +56,7 @@ def official_rank_loss(sims: Tensor, targets: Tensor, tau: float) -> InfoNCETerm
     """
     if targets.shape != (sims.shape[0],):
         raise ValueError(f"`targets` must have shape ({sims.shape[0]},), got {tuple(targets.shape)}")
-    return info_nce(sims, tau, combine="mean", weights=targets)
+    return info_nce(sims, tau, combine="mean", weights=targets, logits="per_direction")
 
 
 def partner_relations(relations: Tensor, partner: Tensor) -> Tensor:

@@ -6,6 +6,7 @@ matrices in float32 and float64 (the layout regression's numbers depend on the o
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -77,60 +78,94 @@ def old_recon_paper(sims: Tensor, labels: Tensor | None, tau: float) -> tuple[Te
 
 
 # ---------------------------------------------------------------- bit for bit
+def same_values_and_gradients(new: Callable[[Tensor], Tensor], old: Callable[[Tensor], Tensor],
+                              sims: Tensor) -> None:
+    """``new(S)`` and ``old(S)`` equal bit for bit, and so are their gradients in ``S`` for one
+    random cotangent (a training run depends on both)."""
+    results = []
+    for fn in (new, old):
+        leaf = sims.clone().requires_grad_()
+        out = fn(leaf)
+        out.backward(torch.rand(out.shape, generator=torch.Generator().manual_seed(7), dtype=out.dtype))
+        results.append((out.detach(), leaf.grad))
+    (v_new, g_new), (v_old, g_old) = results
+    assert torch.equal(v_new, v_old)
+    assert torch.equal(g_new, g_old)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("b", SIZES)
 @pytest.mark.parametrize("eps", [RCL_EPS, 0.0])
 def test_rcl_and_baseline_infonce_bit_for_bit(dtype: torch.dtype, b: int, eps: float) -> None:
     sims = sims_of(b, dtype)
-    got = info_nce(sims, 0.05, eps=eps)
-    assert torch.equal(got.loss, old_rcl_infonce(sims, 0.05, eps))
-    assert torch.equal(info_nce(sims, 0.05, eps=eps, reduction="mean").loss,
-                       old_rcl_infonce(sims, 0.05, eps).mean())
+    same_values_and_gradients(lambda s: info_nce(s, 0.05, eps=eps).loss,
+                              lambda s: old_rcl_infonce(s, 0.05, eps), sims)
+    same_values_and_gradients(lambda s: info_nce(s, 0.05, eps=eps, reduction="mean").loss,
+                              lambda s: old_rcl_infonce(s, 0.05, eps).mean(), sims)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("b", SIZES)
 def test_gsc_infonce_bit_for_bit(dtype: torch.dtype, b: int) -> None:
     sims, y = sims_of(b, dtype).sigmoid(), weights_of(b, dtype)
-    loss, preds = old_gsc_both(sims, 0.07)
-    got = info_nce(sims, 0.07, combine="mean")
-    assert torch.equal(got.loss, loss) and torch.equal(got.probability, preds)
-    weighted = info_nce(sims, 0.07, combine="mean", weights=y, reduction="mean")
-    assert torch.equal(weighted.loss, (loss * y).mean())
+    got = info_nce(sims, 0.07, combine="mean", logits="per_direction")
+    assert torch.equal(got.probability, old_gsc_both(sims, 0.07)[1])
+    same_values_and_gradients(lambda s: info_nce(s, 0.07, combine="mean", logits="per_direction").loss,
+                              lambda s: old_gsc_both(s, 0.07)[0], sims)
+    same_values_and_gradients(
+        lambda s: info_nce(s, 0.07, combine="mean", weights=y, reduction="mean",
+                           logits="per_direction").loss,
+        lambda s: (old_gsc_both(s, 0.07)[0] * y).mean(), sims)
     rows = info_nce(sims, 0.07, directions="i2t")
-    assert torch.equal(rows.loss, old_gsc_rows(sims, 0.07)[0])
     assert torch.equal(rows.probability, old_gsc_rows(sims, 0.07)[1])
     # the warm-up's infonce and the structure term (T = 1, weighted mean)
-    assert torch.equal(info_nce(sims, 0.07, directions="i2t", reduction="mean").loss,
-                       old_gsc_rows(sims, 0.07)[0].mean())
-    topo = sims_of(b, dtype, seed=3, scale=float(b))
-    assert torch.equal(info_nce(topo, 1.0, directions="i2t", weights=y, reduction="mean").loss,
-                       (old_gsc_rows(topo, 1.0)[0] * y).mean())
+    same_values_and_gradients(lambda s: info_nce(s, 0.07, directions="i2t", reduction="mean").loss,
+                              lambda s: old_gsc_rows(s, 0.07)[0].mean(), sims)
+    same_values_and_gradients(
+        lambda s: info_nce(s, 1.0, directions="i2t", weights=y, reduction="mean").loss,
+        lambda s: (old_gsc_rows(s, 1.0)[0] * y).mean(), sims_of(b, dtype, seed=3, scale=float(b)))
+
+
+def test_shared_logits_round_the_gradient_differently() -> None:
+    """Why ``logits`` exists: the same values, but GSC's per-direction division gives other
+    gradient bits than one shared division (so the option can tell them apart)."""
+    sims = sims_of(128, torch.float32).sigmoid()
+    shared = sims.clone().requires_grad_()
+    info_nce(shared, 0.07, combine="mean").loss.backward(torch.ones(128))
+    apart = sims.clone().requires_grad_()
+    info_nce(apart, 0.07, combine="mean", logits="per_direction").loss.backward(torch.ones(128))
+    assert torch.allclose(shared.grad, apart.grad, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(shared.grad, apart.grad)
 
 
 @pytest.mark.parametrize("b", SIZES)
 def test_gsc_objective_bit_for_bit(b: int) -> None:
     sims, y = sims_of(b, torch.float32).sigmoid(), weights_of(b, torch.float32)
     img, cap = sims_of(b, torch.float32, 4), sims_of(b, torch.float32, 5)
-    terms = gsc_objective(sims, img, cap, y, temperature=0.07, gamma=0.5)
-    loss_cl, preds = old_gsc_both(sims, 0.07)
-    a, c = torch.sigmoid(img) * y.unsqueeze(0), torch.sigmoid(cap) * y.unsqueeze(0)
-    contrastive, structure = (loss_cl * y).mean(), (old_gsc_rows(a @ c.t(), 1.0)[0] * y).mean()
-    assert torch.equal(terms.contrastive, contrastive) and torch.equal(terms.structure, structure)
-    assert torch.equal(terms.loss, contrastive + 0.5 * structure)
-    assert torch.equal(terms.preds, preds)
+
+    def old(s: Tensor) -> Tensor:
+        a, c = torch.sigmoid(img) * y.unsqueeze(0), torch.sigmoid(cap) * y.unsqueeze(0)
+        return (old_gsc_both(s, 0.07)[0] * y).mean() + 0.5 * (old_gsc_rows(a @ c.t(), 1.0)[0] * y).mean()
+
+    same_values_and_gradients(lambda s: gsc_objective(s, img, cap, y, temperature=0.07, gamma=0.5).loss,
+                              old, sims)
+    assert torch.equal(gsc_objective(sims, img, cap, y).preds, old_gsc_both(sims, 0.07)[1])
 
 
 @pytest.mark.parametrize("b", SIZES)
 def test_recon_official_infonce_bit_for_bit(b: int) -> None:
     sims, t = sims_of(b, torch.float32, scale=3.0), weights_of(b, torch.float32)
-    l1, p1 = old_recon_official_rows(sims, 0.05)
-    l2, p2 = old_recon_official_rows(sims.t(), 0.05)
-    warm = info_nce(sims.float(), 0.05, directions="i2t")
-    assert torch.equal(warm.loss, l1) and torch.equal(warm.probability, p1)
-    rank = official_rank_loss(sims, t, 0.05)
-    assert torch.equal(rank.loss, (l1 + l2) * 0.5 * t)
-    assert torch.equal(rank.probability, (p1 + p2) * 0.5)
+    same_values_and_gradients(lambda s: info_nce(s.float(), 0.05, directions="i2t").loss,
+                              lambda s: old_recon_official_rows(s, 0.05)[0], sims)
+    assert torch.equal(info_nce(sims, 0.05, directions="i2t").probability,
+                       old_recon_official_rows(sims, 0.05)[1])
+
+    def old_rank(s: Tensor) -> Tensor:
+        return (old_recon_official_rows(s, 0.05)[0] + old_recon_official_rows(s.t(), 0.05)[0]) * 0.5 * t
+
+    same_values_and_gradients(lambda s: official_rank_loss(s, t, 0.05).loss, old_rank, sims)
+    p1, p2 = old_recon_official_rows(sims, 0.05)[1], old_recon_official_rows(sims.t(), 0.05)[1]
+    assert torch.equal(official_rank_loss(sims, t, 0.05).probability, (p1 + p2) * 0.5)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -139,9 +174,10 @@ def test_recon_official_infonce_bit_for_bit(b: int) -> None:
 def test_recon_paper_infonce_bit_for_bit(dtype: torch.dtype, b: int, weighted: bool) -> None:
     sims = sims_of(b, dtype, scale=3.0)
     y = weights_of(b, dtype) if weighted else None
-    loss, prediction = old_recon_paper(sims, y, 0.1)
-    got = cross_modal_relation_loss(sims, y, 0.1)
-    assert torch.equal(got.loss, loss) and torch.equal(got.probability, prediction)
+    same_values_and_gradients(lambda s: cross_modal_relation_loss(s, y, 0.1).loss,
+                              lambda s: old_recon_paper(s, y, 0.1)[0], sims)
+    assert torch.equal(cross_modal_relation_loss(sims, y, 0.1).probability,
+                       old_recon_paper(sims, y, 0.1)[1])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -149,25 +185,37 @@ def test_recon_paper_infonce_bit_for_bit(dtype: torch.dtype, b: int, weighted: b
 @pytest.mark.parametrize("form,eps", [("official", 1e-10), ("paper", 0.0)])
 def test_crcl_active_term_bit_for_bit(dtype: torch.dtype, b: int, form: str, eps: float) -> None:
     sims, y = sims_of(b, dtype).sigmoid(), weights_of(b, dtype)
-    z = sims.to(torch.promote_types(dtype, torch.float32)) / 0.05
-    d1, d2 = old_guarded_rows(z, eps).diagonal(), old_guarded_rows(z.t(), eps).diagonal()
-    terms = active_complementary_terms(sims, y, 0.05, form=form)
-    assert torch.equal(terms.active, -y.detach().to(d1.dtype) * (d1 + d2))
-    assert torch.equal(average_matching_probability(sims, 0.05, form), ((d1.exp() + d2.exp()) / 2))
+
+    def diagonals(s: Tensor) -> tuple[Tensor, Tensor]:
+        z = s.to(torch.promote_types(dtype, torch.float32)) / 0.05
+        return old_guarded_rows(z, eps).diagonal(), old_guarded_rows(z.t(), eps).diagonal()
+
+    def old_active(s: Tensor) -> Tensor:
+        d1, d2 = diagonals(s)
+        return -y.detach().to(d1.dtype) * (d1 + d2)
+
+    same_values_and_gradients(lambda s: active_complementary_terms(s, y, 0.05, form=form).active,
+                              old_active, sims)
+    d1, d2 = diagonals(sims)
+    assert torch.equal(average_matching_probability(sims, 0.05, form), (d1.exp() + d2.exp()) / 2)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("b", SIZES)
 def test_l2rm_rce_terms_bit_for_bit(dtype: torch.dtype, b: int) -> None:
-    sims = sims_of(b, dtype).sigmoid()
-    logits = sims.to(torch.promote_types(dtype, torch.float32)) / 0.05
-    log_p, log_t = torch.log_softmax(logits, dim=1), torch.log_softmax(logits.t(), dim=1)
-    eye = torch.eye(b, dtype=torch.bool)
-    target = torch.full_like(logits, math.log(1e-7)).masked_fill(eye, math.log1p(1e-7))
-    want = {"rce_i2t": -(target * log_p.exp()).sum() / b, "rce_t2i": -(target * log_t.exp()).sum() / b,
-            "nce_i2t": -log_p.diagonal().mean(), "nce_t2i": -log_t.diagonal().mean()}
-    got = rce_warmup_terms(sims, 0.05, 1e-7)
-    assert all(torch.equal(got[k], want[k]) for k in want)
+    def old(s: Tensor) -> Tensor:
+        logits = s.to(torch.promote_types(dtype, torch.float32)) / 0.05
+        log_p, log_t = torch.log_softmax(logits, dim=1), torch.log_softmax(logits.t(), dim=1)
+        eye = torch.eye(b, dtype=torch.bool)
+        target = torch.full_like(logits, math.log(1e-7)).masked_fill(eye, math.log1p(1e-7))
+        return torch.stack([-(target * log_p.exp()).sum() / b, -(target * log_t.exp()).sum() / b,
+                            -log_p.diagonal().mean(), -log_t.diagonal().mean()])
+
+    def new(s: Tensor) -> Tensor:
+        terms = rce_warmup_terms(s, 0.05, 1e-7)
+        return torch.stack([terms[k] for k in ("rce_i2t", "rce_t2i", "nce_i2t", "nce_t2i")])
+
+    same_values_and_gradients(new, old, sims_of(b, dtype).sigmoid())
 
 
 # ---------------------------------------------------------------- by value, by hand
