@@ -23,7 +23,7 @@ def info_nce(sims: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torc
 
 def bidirectional_info_nce(sims: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """GSC's ``L_cl`` (unweighted) and ``preds``: both directions averaged."""
-    return one_info_nce(sims, temperature, combine="mean")
+    return one_info_nce(sims, temperature, combine="mean", logits="per_direction")
 
 
 def structure_info_nce(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
