@@ -102,9 +102,10 @@ class LineProgressBar(ProgressBar):
     Training prints a line every ``every_n_steps`` steps and at the last step of each epoch:
     epoch, step of the epoch, percentage, speed, time left of the epoch, the step's logged
     training values (``loss``, ...; only those logged in this epoch) and the progress-bar
-    metrics (``val/rsum`` of the latest validation). A standalone ``ncl validate``/``test``/``predict`` prints the same kind of
-    line for its pass; the validation inside ``fit`` prints none (it is short, and ncl prints
-    its ``epoch N validation`` summary line right after it). Rank 0 only.
+    metrics (``val/rsum`` of the latest validation). A standalone
+    ``ncl validate``/``test``/``predict`` prints the same kind of line for its pass; the
+    validation inside ``fit`` prints none (it is short, and ncl prints its
+    ``epoch N validation`` summary line right after it). Rank 0 only.
 
     Args:
         every_n_steps: steps between two lines; ``None`` (default): about

@@ -19,10 +19,10 @@ The structure term (``forward_topology``: :mod:`ncl.models.gsc_structure`)::
 
 ``y`` are the per-sample targets (:mod:`ncl.division.gsc`). Both InfoNCE terms are the one
 InfoNCE (:func:`ncl.losses.contrastive.info_nce`): ``L_cl`` and ``preds`` with
-``combine="mean"``, ``weights=y`` and ``logits="per_direction"``, ``L_topo`` with ``directions="i2t"`` (the warm-up's
-``infonce`` too, at ``T``). It uses a log-softmax: the official ``exp`` form overflows float32
-once ``(A B^T)_ij > 88`` (``A B^T`` reaches ``B``, the batch size) and gives NaN there;
-elsewhere the values are the same.
+``combine="mean"``, ``weights=y`` and ``logits="per_direction"``; ``L_topo`` with
+``directions="i2t"`` (the warm-up's ``infonce`` too, at ``T``). It uses a log-softmax: the
+official ``exp`` form overflows float32 once ``(A B^T)_ij > 88`` (``A B^T`` reaches ``B``, the
+batch size) and gives NaN there; elsewhere the values are the same.
 """
 
 from __future__ import annotations

@@ -258,8 +258,11 @@ class ReCon(RetrievalMethod):
         """The triplet warm-up (Eq. 12) or the official file's image-to-text InfoNCE."""
         hp = self.hparams
         sims, _ = relation_forward(self.net, batch, self.relation, relations=False)  # (B, B)
-        loss = self.reduce(info_nce(sims.float(), hp.tau, directions="i2t").loss if hp.warmup_loss == "infonce"
-                           else triplet_loss(sims.float(), hp.margin, negatives=hp.warmup_negatives))
+        if hp.warmup_loss == "infonce":  # the official file's info_nce_loss: images query
+            per_pair = info_nce(sims.float(), hp.tau, directions="i2t").loss
+        else:
+            per_pair = triplet_loss(sims.float(), hp.margin, negatives=hp.warmup_negatives)
+        loss = self.reduce(per_pair)
         self.log_train({"loss": loss, f"warmup_{hp.warmup_loss}": loss}, batch_size=sims.shape[0])
         return loss
 

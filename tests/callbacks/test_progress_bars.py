@@ -31,7 +31,8 @@ class WarmupThenMain(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def test_a_warmup_key_is_not_shown_after_the_warmup(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_warmup_key_is_not_shown_after_the_warmup(tmp_path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
     data = DataLoader(TensorDataset(torch.randn(6, 2)), batch_size=2)
     trainer = L.Trainer(max_epochs=2, callbacks=[LineProgressBar(every_n_steps=1)], logger=False,
                         enable_checkpointing=False, enable_model_summary=False,
