@@ -12,12 +12,18 @@ no progress at all inside an epoch. :func:`ncl.cli.app.added_callbacks` therefor
 Either can be chosen in a config instead (``trainer.callbacks``); a configured progress bar is
 never replaced. Both drop ``v_num`` (the logger's version number, shown by Lightning as
 ``v_num: 0.000``): it is the run folder's name, not a measurement.
+
+A line shows only the training values logged in the current epoch: Lightning's
+``trainer.callback_metrics`` keeps every key ever logged with its last value, so a warm-up's
+loss (ReCon's ``warmup_infonce``) would otherwise stay on every later line
+(:func:`logged_since`). The progress-bar metrics (``val/rsum``) are the latest validation's.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
@@ -64,13 +70,29 @@ def number(value: Any) -> str:
     return f"{value:#.4g}" if isinstance(value, float) else str(value)
 
 
-def step_values(trainer: L.Trainer) -> dict[str, Any]:
+def logged_since(metrics: Mapping[str, Any], snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``metrics`` logged after ``snapshot`` (a copy of it taken earlier).
+
+    Lightning's metric dicts are updated, never cleared, during a fit: a key logged in an
+    earlier epoch only keeps the value object it had then, while a key logged again holds a
+    new one (Lightning hands out a freshly detached tensor at every update). So an entry is
+    new when its key is not in the snapshot or its value is another object."""
+    return {key: value for key, value in metrics.items()
+            if key not in snapshot or snapshot[key] is not value}
+
+
+def step_values(trainer: L.Trainer, epoch_start: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The training values logged for the latest step, ``train/<k>_step`` shown as ``<k>``.
 
     ncl logs them with ``prog_bar=False`` (a bar has no room for NCR's per-network values), but
-    a line has: they are what tells a reader of a log that training moves."""
+    a line has: they are what tells a reader of a log that training moves. With
+    ``epoch_start`` (a copy of ``trainer.callback_metrics`` at the start of the epoch), only
+    the values logged in this epoch (:func:`logged_since`)."""
+    metrics = trainer.callback_metrics
+    if epoch_start is not None:
+        metrics = logged_since(metrics, epoch_start)
     return {key[len(_TRAIN_PREFIX):-len(_STEP_SUFFIX)]: value
-            for key, value in trainer.callback_metrics.items()
+            for key, value in metrics.items()
             if key.startswith(_TRAIN_PREFIX) and key.endswith(_STEP_SUFFIX)}
 
 
@@ -79,10 +101,11 @@ class LineProgressBar(ProgressBar):
 
     Training prints a line every ``every_n_steps`` steps and at the last step of each epoch:
     epoch, step of the epoch, percentage, speed, time left of the epoch, the step's logged
-    training values (``loss``, ...) and the progress-bar metrics (``val/rsum`` of the latest
-    validation). A standalone ``ncl validate``/``test``/``predict`` prints the same kind of
-    line for its pass; the validation inside ``fit`` prints none (it is short, and ncl prints
-    its ``epoch N validation`` summary line right after it). Rank 0 only.
+    training values (``loss``, ...; only those logged in this epoch) and the progress-bar
+    metrics (``val/rsum`` of the latest validation). A standalone
+    ``ncl validate``/``test``/``predict`` prints the same kind of line for its pass; the
+    validation inside ``fit`` prints none (it is short, and ncl prints its
+    ``epoch N validation`` summary line right after it). Rank 0 only.
 
     Args:
         every_n_steps: steps between two lines; ``None`` (default): about
@@ -101,6 +124,7 @@ class LineProgressBar(ProgressBar):
         self._enabled = True
         self._started = time.monotonic()
         self._done = 0  # batches of the current pass run by this process (for the speed)
+        self._epoch_start: dict[str, Any] = {}  # trainer.callback_metrics as the epoch started
 
     # ------------------------------------------------------------------ ProgressBar API
     @property
@@ -127,10 +151,11 @@ class LineProgressBar(ProgressBar):
     # ------------------------------------------------------------------ Lightning hooks
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._restart()
+        self._epoch_start = dict(trainer.callback_metrics)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
-        values = {**step_values(trainer), **self.get_metrics(trainer, pl_module)}
+        values = {**step_values(trainer, self._epoch_start), **self.get_metrics(trainer, pl_module)}
         self._advance(f"epoch {trainer.current_epoch}", batch_idx, self.total_train_batches, values)
 
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -14,6 +14,11 @@ The summaries are computed from the scalars *as the logger keeps them* (float32,
 :func:`as_logged`), in the arithmetic the grid's reader used on those logged values before
 issue 37, and logged in float64: a run gives the grid the same numbers to the last digit as
 the per-method keys did.
+
+A method whose division is one predicted-clean mask needs none of the per-method readers: it
+reports with :func:`ncl.methods.reports.division_report`, which computes
+:func:`mask_scalars` (``<prefix>predicted_clean``, ``<prefix>{precision,recall,f1}``) and reads
+them back with :func:`prefixed`.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from torch import Tensor
+
+from ncl.metrics.noise_detection import detection_metrics
 
 #: The schema's core keys.
 DETECTION = ("precision", "recall", "f1")
@@ -40,6 +48,23 @@ def precision_recall_f1(tp: float, predicted: float, positives: float) -> dict[s
     p = tp / predicted if predicted else 0.0
     r = tp / positives if positives else 0.0
     return {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0}
+
+
+def detection_scalars(clean: Tensor, true_clean: Tensor | None, prefix: str) -> dict[str, float]:
+    """``<prefix>{precision,recall,f1}`` of the ``(N,)`` predicted-clean mask ``clean`` against
+    the ``(N,)`` ground truth (positives: the noisy pairs,
+    :func:`~ncl.metrics.noise_detection.detection_metrics`); empty without a ground truth."""
+    if true_clean is None:
+        return {}
+    m = detection_metrics(clean.bool(), true_clean.bool())
+    return {f"{prefix}{key}": float(m[key]) for key in DETECTION}
+
+
+def mask_scalars(clean: Tensor, true_clean: Tensor | None, prefix: str) -> dict[str, float]:
+    """One predicted-clean mask's scalars: ``<prefix>predicted_clean`` (how many pairs it keeps)
+    and, with the ground truth, :func:`detection_scalars`."""
+    return {f"{prefix}predicted_clean": float(clean.sum()),
+            **detection_scalars(clean, true_clean, prefix)}
 
 
 def prefixed(scalars: Mapping[str, float], prefix: str) -> dict[str, float]:

@@ -3,9 +3,20 @@
 Rows of ``sims`` are images, columns captions, the diagonal holds the annotated pairs. Every
 loss returns one value per pair; the caller (a method) reduces with sum or mean, as each
 docstring says the official code does.
+
+The one InfoNCE (every direction, temperature, ``eps``, weighting and reduction a method needs)
+is :func:`~ncl.losses.contrastive.info_nce`; the hinge triplet is
+:func:`~ncl.losses.triplet.triplet_loss`.
 """
 
-from ncl.losses.contrastive import infonce_loss, log_matching_probabilities
+from ncl.losses.contrastive import (
+    RCL_EPS,
+    InfoNCETerms,
+    diagonal_info_nce,
+    info_nce,
+    log_matching_probabilities,
+    row_log_softmax,
+)
 from ncl.losses.crcl import (
     OFFICIAL_COMPLEMENTARY_WEIGHT,
     ACLTerms,
@@ -42,10 +53,12 @@ from ncl.losses.triplet import (
 
 __all__ = [
     "OFFICIAL_COMPLEMENTARY_WEIGHT",
+    "RCL_EPS",
     "RCL_ABLATION_REDUCTION",
     "ACLTerms",
     "AclForm",
     "AblationVariant",
+    "InfoNCETerms",
     "ComplementaryKind",
     "NcrMarginMode",
     "Negatives",
@@ -55,8 +68,9 @@ __all__ = [
     "active_complementary_terms",
     "average_matching_probability",
     "complementary_contrastive_loss",
+    "diagonal_info_nce",
     "hinge_matrices",
-    "infonce_loss",
+    "info_nce",
     "log_matching_probabilities",
     "matching_probabilities",
     "ncr_soft_margins",
@@ -65,6 +79,7 @@ __all__ = [
     "psi4_boundary",
     "rcl_ablation_loss",
     "robust_complementary_loss",
+    "row_log_softmax",
     "sample_negatives",
     "single_negative_loss",
     "soft_margin",
@@ -77,7 +92,6 @@ from ncl.losses.recon import (  # noqa: E402
     SUBSET_CLEAN,
     SUBSET_LOCAL,
     SUBSET_NOISY,
-    CrossModalTerms,
     IntraModalTerms,
     RelationKL,
     RowReduction,
@@ -92,7 +106,6 @@ __all__ += [
     "SUBSET_CLEAN",
     "SUBSET_LOCAL",
     "SUBSET_NOISY",
-    "CrossModalTerms",
     "IntraModalTerms",
     "RelationKL",
     "RowReduction",

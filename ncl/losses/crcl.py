@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from ncl.losses._checks import check_choice, check_non_negative, check_square
-from ncl.losses.contrastive import log_matching_probabilities
+from ncl.losses.contrastive import diagonal_info_nce, log_matching_probabilities
 
 AclForm = Literal["paper", "official"]
 
@@ -86,8 +86,7 @@ def average_matching_probability(
         (B,) values in [0, 1], detached, float32 or wider.
     """
     check_square(sims)
-    log_i2t, log_t2i = _log_probabilities(sims, tau, form)
-    return ((log_i2t.diagonal().exp() + log_t2i.diagonal().exp()) / 2).detach()
+    return diagonal_info_nce(*_log_probabilities(sims, tau, form)).probability
 
 
 def _check_labels(labels: Tensor, batch: int, name: str = "labels") -> None:
@@ -202,7 +201,7 @@ def active_complementary_terms(
     check_non_negative(weight, "weight")
     log_i2t, log_t2i = _log_probabilities(sims, tau, form)
     y = labels.detach().to(log_i2t.dtype)  # (B,)
-    active = -y * (log_i2t.diagonal() + log_t2i.diagonal())  # (B,) log-space: never log(0)
+    active = diagonal_info_nce(log_i2t, log_t2i, weights=y).loss  # (B,) log-space: never log(0)
     exponent = _exponent(y, q)
     complementary = _complementary_direction(log_i2t, exponent) + _complementary_direction(
         log_t2i, exponent

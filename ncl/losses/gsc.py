@@ -17,7 +17,10 @@ The structure term (``forward_topology``: :mod:`ncl.models.gsc_structure`)::
     score[i]    = cos(A[i, :], B[i, :])                          (stored per sample)
     loss        = mean_i L_cl[i] + gamma * mean_i L_topo[i]
 
-``y`` are the per-sample targets (:mod:`ncl.division.gsc`). Computed with log-softmax: the
+``y`` are the per-sample targets (:mod:`ncl.division.gsc`). Both InfoNCE terms are the one
+InfoNCE (:func:`ncl.losses.contrastive.info_nce`): ``L_cl`` and ``preds`` with
+``combine="mean"``, ``weights=y`` and ``logits="per_direction"``; ``L_topo`` with
+``directions="i2t"`` (the warm-up's ``infonce`` too, at ``T``). It uses a log-softmax: the
 official ``exp`` form overflows float32 once ``(A B^T)_ij > 88`` (``A B^T`` reaches ``B``, the
 batch size) and gives NaN there; elsewhere the values are the same.
 """
@@ -30,30 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ncl.losses._checks import check_positive, check_square, work_dtype
-
-
-def info_nce(sims: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
-    """Row InfoNCE: ``(-log p_i, p_i)`` with ``p_i = softmax_j(S_ij / T)`` at ``j = i``.
-
-    Args:
-        sims: ``(B, B)`` scores.
-        temperature: ``T > 0``.
-
-    Returns:
-        ``(B,)`` losses and ``(B,)`` diagonal probabilities (float32 or wider).
-    """
-    check_square(sims)
-    check_positive(temperature, "temperature")
-    log_p = (sims.to(work_dtype(sims.dtype)) / temperature).log_softmax(dim=1).diagonal()
-    return -log_p, log_p.exp()
-
-
-def bidirectional_info_nce(sims: Tensor, temperature: float = 0.07) -> tuple[Tensor, Tensor]:
-    """``((l(S) + l(S^T)) / 2, (p(S) + p(S^T)) / 2)``, each ``(B,)`` (unweighted)."""
-    loss_i2t, p_i2t = info_nce(sims, temperature)
-    loss_t2i, p_t2i = info_nce(sims.t(), temperature)
-    return (loss_i2t + loss_t2i) * 0.5, (p_i2t + p_t2i) * 0.5
+from ncl.losses._checks import check_square, work_dtype
+from ncl.losses.contrastive import info_nce
 
 
 def structure_matrices(img_logits: Tensor, cap_logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
@@ -70,11 +51,6 @@ def structure_scores(img_structure: Tensor, cap_structure: Tensor) -> Tensor:
     """``(B,)`` cosine of row ``i`` of the two structure matrices (``torch.cosine_similarity``,
     eps 1e-8), the per-sample score GSC's mixture divides."""
     return F.cosine_similarity(img_structure, cap_structure, dim=1)
-
-
-def structure_info_nce(img_structure: Tensor, cap_structure: Tensor, temperature: float = 1.0) -> Tensor:
-    """``(B,)`` row InfoNCE of ``A B^T`` (unweighted)."""
-    return info_nce(img_structure @ cap_structure.t(), temperature)[0]
 
 
 class GscTerms(NamedTuple):
@@ -102,9 +78,10 @@ def gsc_objective(sims: Tensor, img_logits: Tensor, cap_logits: Tensor, targets:
         gamma: weight of the structure term.
     """
     weights = targets.to(work_dtype(sims.dtype))
-    loss_cl, preds = bidirectional_info_nce(sims, temperature)
+    contrastive, preds = info_nce(sims, temperature, combine="mean", weights=weights, reduction="mean",
+                                  logits="per_direction")  # the official two calls' gradients
     img_s, cap_s = structure_matrices(img_logits, cap_logits, weights)
-    loss_topo = structure_info_nce(img_s, cap_s, structure_temperature)
-    contrastive, structure = (loss_cl * weights).mean(), (loss_topo * weights).mean()
-    return GscTerms(contrastive + gamma * structure, contrastive, structure, preds.detach(),
+    structure = info_nce(img_s @ cap_s.t(), structure_temperature, directions="i2t",
+                         weights=weights, reduction="mean").loss
+    return GscTerms(contrastive + gamma * structure, contrastive, structure, preds,
                     structure_scores(img_s, cap_s).detach())

@@ -1,9 +1,10 @@
 """IN2R's losses (``vse.py`` and ``co_train.py`` of github.com/liuyyy111/IN2R at 909e532).
 
-* :func:`in2r_infonce` - the function the official code names ``infonce``: L2RM's reverse
-  cross-entropy plus cross-entropy on the bidirectional softmax at ``tau`` 0.05
-  (``0.5 (RCE_i2t + RCE_t2i + CE_i2t + CE_t2i)``, :func:`ncl.losses.l2rm.rce_warmup_loss`),
-  not plain InfoNCE.
+* ``infonce`` - the function the official code names ``infonce`` is not plain InfoNCE but
+  L2RM's reverse cross-entropy plus cross-entropy on the bidirectional softmax at ``tau``
+  0.05: with ``P = softmax_row(S / tau)``, ``T = softmax_row(S^T / tau)`` and ``eps`` 1e-7,
+  ``0.5 * (-(1/B) sum_ij log(I_ij + eps) (P_ij + T_ij) - (1/B) sum_i (log P_ii + log T_ii))``,
+  symmetric in ``S`` and ``S^T``: :func:`ncl.losses.l2rm.rce_warmup_loss`, used as it is.
 * :func:`warmup_loss` - ``infonce(S) + infonce(S_II) + infonce(S_TT)``: the image-caption
   matrix of one forward pass and the image-image / caption-caption matrices between two
   forward passes (two dropout views) of the same batch.
@@ -30,13 +31,6 @@ INTRA_MARGIN = 0.3
 CORRECTION_WEIGHT = 0.5
 
 
-def in2r_infonce(sims: Tensor, tau: float = IN2R_TAU) -> Tensor:
-    """The official ``infonce(S)``: with ``P = softmax_row(S / tau)``, ``T = softmax_row(S^T /
-    tau)`` and ``eps`` 1e-7, ``0.5 * (-(1/B) sum_ij log(I_ij + eps) (P_ij + T_ij)
-    - (1/B) sum_i (log P_ii + log T_ii))``. Symmetric in ``S`` and ``S^T``."""
-    return rce_warmup_loss(sims, tau)
-
-
 def cross_view_sims(first: Tensor, second: Tensor) -> Tensor:
     """``(B, B)`` ``first @ second^T`` of two ``(B, E)`` forward passes of one modality."""
     return first @ second.t()
@@ -55,10 +49,10 @@ def warmup_loss(img: tuple[Tensor, Tensor], cap: tuple[Tensor, Tensor], tau: flo
         ``{"pair": infonce(I_1 C_1^T), "image": infonce(I_1 I_2^T), "caption": infonce(C_1 C_2^T)}``
         (the last two only with ``intra``); the loss is their sum.
     """
-    terms = {"pair": in2r_infonce(img[0] @ cap[0].t(), tau)}
+    terms = {"pair": rce_warmup_loss(img[0] @ cap[0].t(), tau)}
     if intra:
-        terms["image"] = in2r_infonce(cross_view_sims(*img), tau)
-        terms["caption"] = in2r_infonce(cross_view_sims(*cap), tau)
+        terms["image"] = rce_warmup_loss(cross_view_sims(*img), tau)
+        terms["caption"] = rce_warmup_loss(cross_view_sims(*cap), tau)
     return terms
 
 
@@ -84,4 +78,4 @@ def rectified_loss(queries: Tensor, targets: Tensor, weight: float = CORRECTION_
                    tau: float = IN2R_TAU) -> Tensor:
     """``weight * infonce(Q T^T)``: ``(B, E)`` unlabelled embeddings of one modality against
     their ``(B, E)`` rectified other-modality targets (row ``b`` of ``T`` is query ``b``'s)."""
-    return weight * in2r_infonce(queries @ targets.to(queries.dtype).t(), tau)
+    return weight * rce_warmup_loss(queries @ targets.to(queries.dtype).t(), tau)

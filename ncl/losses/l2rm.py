@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from ncl.losses._checks import check_positive, check_square, work_dtype
-from ncl.losses.contrastive import _row_log_softmax_eps
+from ncl.losses.contrastive import log_matching_probabilities, row_log_softmax
 
 #: Official constants (notes 8.3).
 RCE_EPS = 1e-7
@@ -57,7 +57,10 @@ def rce_warmup_terms(
       ``rce_i2t ~ 16.118 * (1/B) sum_i (1 - P_ii)``;
     * ``rce_t2i`` - the same with ``T``;
     * ``nce_i2t = -(1/B) sum_i log P_ii`` and ``nce_t2i = -(1/B) sum_i log T_ii`` (InfoNCE,
-      no epsilon anywhere).
+      no epsilon anywhere), on the log-probabilities of the one InfoNCE
+      (:func:`~ncl.losses.contrastive.log_matching_probabilities` with ``eps=None``). The mean
+      is taken before the sign, over the diagonal view: ``info_nce(..., reduction="mean")``
+      negates first and sums a contiguous copy, which rounds differently in the last bit.
 
     Numerics: the softmaxes are taken in log space (``log_softmax``). The official code takes
     ``softmax`` and then ``log``; both agree to float precision whenever ``P_ii`` does not
@@ -80,12 +83,11 @@ def rce_warmup_terms(
     batch = check_square(sims)
     check_positive(tau, "tau")
     check_positive(eps, "eps")
-    logits = sims.to(work_dtype(sims.dtype)) / tau  # (B, B)
-    log_p = torch.log_softmax(logits, dim=1)  # (B, B) image -> text
-    log_t = torch.log_softmax(logits.t(), dim=1)  # (B, B) text -> image
+    # (B, B) each: image -> text, text -> image; torch.log_softmax of S / tau (no eps there)
+    log_p, log_t = log_matching_probabilities(sims, tau, None)
     eye = torch.eye(batch, dtype=torch.bool, device=sims.device)
     # log(I + eps): log1p(eps) on the diagonal, log(eps) elsewhere (the official target).
-    log_target = torch.full_like(logits, math.log(eps)).masked_fill(eye, math.log1p(eps))
+    log_target = torch.full_like(log_p, math.log(eps)).masked_fill(eye, math.log1p(eps))
     return {
         "rce_i2t": -(log_target * log_p.exp()).sum() / batch,
         "rce_t2i": -(log_target * log_t.exp()).sum() / batch,
@@ -192,8 +194,8 @@ def symmetric_kl_terms(
     n_img, n_cap = sims.shape
 
     logits = sims.to(dtype) / tau  # (Q, B)
-    log_p = _row_log_softmax_eps(logits, eps)  # (Q, B) image -> caption
-    log_r = _row_log_softmax_eps(logits.t(), eps)  # (B, Q) caption -> image
+    log_p = row_log_softmax(logits, eps)  # (Q, B) image -> caption
+    log_r = row_log_softmax(logits.t(), eps)  # (B, Q) caption -> image
 
     target = target.clamp(min=eps)  # (Q, B), > 0 everywhere, so every log below is finite
     y_i2t = target / target.sum(dim=1, keepdim=True)  # (Q, B)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ncl.losses._checks import check_choice, check_square
-from ncl.losses.contrastive import infonce_loss, log_matching_probabilities
+from ncl.losses.contrastive import info_nce, log_matching_probabilities
 from ncl.losses.triplet import triplet_loss
 
 ComplementaryKind = Literal["log", "exp", "gce", "tan", "mae"]
@@ -267,7 +267,7 @@ def rcl_ablation_loss(
     if variant == "tr_hn":
         return triplet_loss(sims, margin, negatives="hardest")
     if variant == "cl":
-        return infonce_loss(sims, tau, eps)
+        return info_nce(sims, tau, eps=eps).loss
     if variant == "ccl":
         return complementary_contrastive_loss(sims, tau, loss="log", eps=eps)
     kind: ComplementaryKind = "log" if variant == "nl" else "mae"

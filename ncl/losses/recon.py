@@ -33,7 +33,7 @@ from ncl.losses._checks import (
     check_square,
     work_dtype,
 )
-from ncl.losses.contrastive import log_matching_probabilities
+from ncl.losses.contrastive import InfoNCETerms, info_nce
 
 RelationKL = Literal["symmetric", "forward"]
 RowReduction = Literal["mean", "sum"]
@@ -44,18 +44,6 @@ SUBSET_CLEAN, SUBSET_LOCAL, SUBSET_NOISY = 0, 1, 2
 # Masked logits: finite, so that a masked entry gets probability exactly 0 (exp underflows)
 # without the inf - inf = NaN that -inf would put into the KL terms or their gradients.
 _MASKED = -1e9
-
-
-class CrossModalTerms(NamedTuple):
-    """Per-pair cross-modal terms (each (B,)).
-
-    Attributes:
-        loss: ``-y_i (log p_ii^v2l + log p_ii^l2v)`` (Eq. 2; Eq. 15 with a soft ``y``).
-        prediction: ``(p_ii^v2l + p_ii^l2v) / 2``, detached (``p`` of Eq. 10).
-    """
-
-    loss: Tensor
-    prediction: Tensor
 
 
 class IntraModalTerms(NamedTuple):
@@ -73,7 +61,7 @@ class IntraModalTerms(NamedTuple):
 
 
 def cross_modal_relation_loss(sims: Tensor, labels: Tensor | None = None,
-                              tau: float = 0.1) -> CrossModalTerms:
+                              tau: float = 0.1) -> InfoNCETerms:
     """Cross-modal relation consistency ``L_CM`` of every pair of a batch (Eq. 2, 15).
 
     ``p_ij^v2l = exp(S_ij / tau) / sum_k exp(S_ik / tau)`` (image ``i`` queries the batch's
@@ -89,18 +77,15 @@ def cross_modal_relation_loss(sims: Tensor, labels: Tensor | None = None,
         tau: temperature > 0 (paper Sect. 4.2: 0.1; the published options file: 0.05).
 
     Returns:
-        :class:`CrossModalTerms`, float32 or wider.
+        :class:`~ncl.losses.contrastive.InfoNCETerms`: ``loss`` (B,)
+        ``-y_i (log p_ii^v2l + log p_ii^l2v)``; ``probability`` (B,)
+        ``(p_ii^v2l + p_ii^l2v) / 2``, detached (``p`` of Eq. 10). Float32 or wider.
     """
     batch = check_square(sims)
-    check_positive(tau, "tau")
-    log_v2l, log_l2v = log_matching_probabilities(sims, tau, eps=0.0)  # rows are queries
-    log_diag = log_v2l.diagonal() + log_l2v.diagonal()  # (B,)
-    prediction = ((log_v2l.diagonal().exp() + log_l2v.diagonal().exp()) / 2).detach()
-    if labels is None:
-        return CrossModalTerms(-log_diag, prediction)
-    if labels.shape != (batch,):
+    if labels is not None and labels.shape != (batch,):
         raise ValueError(f"`labels` must have shape ({batch},), got {tuple(labels.shape)}")
-    return CrossModalTerms(-labels.to(log_diag) * log_diag, prediction)
+    # eps=0.0: the plain softmax through the guarded op order (the values recorded so far)
+    return info_nce(sims, tau, eps=0.0, weights=labels)
 
 
 def cosine_relations(a: Tensor, b: Tensor | None = None) -> Tensor:

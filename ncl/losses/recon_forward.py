@@ -141,5 +141,5 @@ def division_values(options: RelationOptions, tau: float
     def fn(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
         sims, terms = relation_forward(net, batch, options)
         cm = cross_modal_relation_loss(sims.float(), None, tau)
-        return torch.stack([cm.loss, terms.loss.to(cm.loss), cm.prediction], dim=1)
+        return torch.stack([cm.loss, terms.loss.to(cm.loss), cm.probability], dim=1)
     return fn

@@ -6,8 +6,11 @@ The file has no training script: who sets the per-sample ``targets``, the flags 
 ``is_noisy``, ``is_lambda`` (default 1) and ``opt.temp`` (not in ``opt.py``) is not published.
 ``docs/methods/recon.md`` ("The official model file, step by step") lists every difference.
 
-* :func:`info_nce_rows` - ``info_nce_loss``: image-to-text InfoNCE of every pair and its
-  matching probability (the warm-up's ``InfoNCE`` branch uses it alone).
+* ``info_nce_loss``: the image-to-text InfoNCE of every pair and its matching probability
+  (the warm-up's ``InfoNCE`` branch uses it alone) is
+  ``ncl.losses.contrastive.info_nce(S, tau, directions="i2t")``: the published
+  ``pos / (pos + sum(neg))`` of plain exponentials (float32 overflows once ``S / tau`` passes
+  about 88), the same value through a log-softmax, finite there too.
 * :func:`official_rank_loss` - the rank loss after the warm-up: the two directions averaged,
   weighted by the per-sample targets; the predictions ``(p^v2l + p^l2v) / 2`` it stores.
 * :func:`official_relation_terms` - the relation loss: symmetric KL between row-softmaxed
@@ -22,8 +25,9 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from ncl.losses._checks import check_choice, check_positive, check_square
-from ncl.losses.recon import CrossModalTerms, IntraModalTerms
+from ncl.losses._checks import check_choice, check_square
+from ncl.losses.contrastive import InfoNCETerms, info_nce
+from ncl.losses.recon import IntraModalTerms
 
 #: Which relations the caption-side proxy reads (see :func:`official_relation_terms`).
 TextProxy = Literal["captions", "images"]
@@ -32,34 +36,15 @@ TextProxy = Literal["captions", "images"]
 LOG_EPS = 1e-6
 
 
-def info_nce_rows(sims: Tensor, tau: float) -> CrossModalTerms:
-    """Row InfoNCE: ``l_i = -log p_ii`` with ``p_ij = exp(S_ij / tau) / sum_k exp(S_ik / tau)``.
-
-    The published ``info_nce_loss`` computes ``pos / (pos + sum(neg))`` of plain
-    exponentials (float32 overflows once ``S / tau`` passes about 88); this is the same value
-    through a log-softmax, finite there too.
-
-    Args:
-        sims: (B, B) scores, rows are the queries (images; ``sims.T`` for captions).
-        tau: temperature > 0 (the published ``opt.temp``; not defined in its ``opt.py``).
-
-    Returns:
-        :class:`~ncl.losses.recon.CrossModalTerms`: ``loss`` (B,) ``-log p_ii``;
-        ``prediction`` (B,) ``p_ii``, detached.
-    """
-    check_square(sims)
-    check_positive(tau, "tau")
-    log_p = (sims.float() / tau).log_softmax(dim=1).diagonal()  # (B,)
-    return CrossModalTerms(-log_p, log_p.exp().detach())
-
-
-def official_rank_loss(sims: Tensor, targets: Tensor, tau: float) -> CrossModalTerms:
+def official_rank_loss(sims: Tensor, targets: Tensor, tau: float) -> InfoNCETerms:
     """The rank loss of ``train_batch``: ``t_i (l_i^v2l + l_i^l2v) / 2`` per pair.
 
-    ``l^v2l`` is :func:`info_nce_rows` of ``sims`` (images query), ``l^l2v`` of ``sims.T``
-    (captions query); ``t`` the stored per-sample targets. The step's loss is
-    ``xi * mean_i`` of this. The prediction is ``(p_ii^v2l + p_ii^l2v) / 2``, which the file
-    stores for every pair of every step.
+    ``l^v2l = -log p_ii`` of the images querying (``info_nce_loss`` of ``sims``), ``l^l2v`` of
+    the captions querying (of ``sims.T``); ``t`` the stored per-sample targets: the one InfoNCE
+    with ``combine="mean"``, ``weights=t`` and the published per-direction calls' op order
+    (``logits="per_direction"``; :func:`~ncl.losses.contrastive.info_nce`). The
+    step's loss is ``xi * mean_i`` of this. The probability is ``(p_ii^v2l + p_ii^l2v) / 2``,
+    which the file stores for every pair of every step.
 
     Args:
         sims: (B, B) scores (rows images, columns captions).
@@ -67,13 +52,11 @@ def official_rank_loss(sims: Tensor, targets: Tensor, tau: float) -> CrossModalT
         tau: temperature > 0.
 
     Returns:
-        :class:`~ncl.losses.recon.CrossModalTerms`, each (B,).
+        :class:`~ncl.losses.contrastive.InfoNCETerms`, each (B,).
     """
     if targets.shape != (sims.shape[0],):
         raise ValueError(f"`targets` must have shape ({sims.shape[0]},), got {tuple(targets.shape)}")
-    v2l, l2v = info_nce_rows(sims, tau), info_nce_rows(sims.t(), tau)
-    loss = (v2l.loss + l2v.loss) * 0.5 * targets.to(v2l.loss)
-    return CrossModalTerms(loss, (v2l.prediction + l2v.prediction) * 0.5)
+    return info_nce(sims, tau, combine="mean", weights=targets, logits="per_direction")
 
 
 def partner_relations(relations: Tensor, partner: Tensor) -> Tensor:

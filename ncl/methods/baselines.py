@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ncl.data.contracts import RetrievalData, clean_mask_known, retrieval_data
 from ncl.errors import ConfigError
-from ncl.losses import infonce_loss, triplet_loss
+from ncl.losses import RCL_EPS, info_nce, triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
 from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
 from ncl.methods.skeleton import check_ranges
@@ -167,4 +167,4 @@ class InfoNCE(_Baseline):
         check_ranges(self.hparams, positive=["tau"])  # 0: a traceback in the first step
 
     def loss(self, sims: Tensor) -> Tensor:
-        return infonce_loss(sims, tau=self.hparams.tau).mean()
+        return info_nce(sims, self.hparams.tau, eps=RCL_EPS, reduction="mean").loss

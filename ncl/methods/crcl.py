@@ -36,6 +36,7 @@ from ncl.errors import ConfigError
 from ncl.losses import AclForm, active_complementary_terms, average_matching_probability
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.methods.declaration import MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
+from ncl.methods.reports import division_report
 from ncl.models.contracts import forward_batch
 from ncl.training.passes import PassSpec
 from ncl.training.pieces import (OFFICIAL_SCHEDULES_TRAIN_SH, OFFICIAL_WARM_EPOCH, PieceLocation,
@@ -265,9 +266,9 @@ class CRCL(RetrievalMethod):
             piece, within = self.location(epoch)
             scalars = {"crcl/piece": float(piece), "crcl/epoch_in_piece": float(within),
                        **label_stats(labels, true_clean, self.start_labels.get(epoch - 1))}
-        return EpochDiagnostics(scalars, detection={"y_hat < 0.5": labels >= CLEAN_AT},
-                                labels=[LabelView("corrected labels y_hat (Eq. 12)", labels)],
-                                noise_detection=zeroed_labels(scalars))
+        return division_report({"y_hat < 0.5": labels >= CLEAN_AT}, true_clean, scalars=scalars,
+                               noise_detection=zeroed_labels(scalars),
+                               labels=[LabelView("corrected labels y_hat (Eq. 12)", labels)])
 
     # ------------------------------------------------------------------ training state
     def training_state(self) -> dict[str, Any]:

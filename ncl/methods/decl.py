@@ -40,7 +40,6 @@ from torch import Tensor, nn
 from ncl.callbacks.protocols import EpochDiagnostics, LabelView, PassSpec, RefineWhen
 from ncl.callbacks.refinement import MomentumRefinement
 from ncl.data.contracts import retrieval_data
-from ncl.division.detection import prefixed
 from ncl.errors import ConfigError
 from ncl.evaluation.ranking import GMM, Ranking
 from ncl.losses.decl import (
@@ -61,8 +60,8 @@ from ncl.methods.declaration import (
     RegressionCase,
     Row,
 )
+from ncl.methods.reports import division_report
 from ncl.methods.skeleton import LrSchedule, check_ranges
-from ncl.metrics.noise_detection import detection_metrics
 from ncl.models.contracts import forward_logits
 from ncl.streams import declare_stream
 from ncl.training.state import PerSampleState, overwrite
@@ -299,27 +298,22 @@ class DECL(RetrievalMethod):
             return EpochDiagnostics()
         table = self.predictions.values
         clean = table[PRED_CLEAN] > 0.5
-        scalars = prediction_stats(clean, table[U_I2T] + table[U_T2I], true_clean)
         views = [LabelView("DECL uncertainty (u_i2t + u_t2i) / 2", (table[U_I2T] + table[U_T2I]) / 2,
                            "uncertainty u / 2 (0 = certain, 1 = no evidence)"),
                  LabelView("DECL normalised evidence of the pair N_ii", table[MATCHED_EVIDENCE],
                            "normalised evidence N_ii")]
-        return EpochDiagnostics(scalars, {"DECL prediction": clean}, None, views,
-                                noise_detection=prefixed(scalars, "decl/"))
+        return division_report({"DECL prediction": clean}, true_clean, prefix="decl/",
+                               scalars=uncertainty_stats(table[U_I2T] + table[U_T2I], true_clean),
+                               labels=views)
 
 
-def prediction_stats(pred_clean: Tensor, uncertainty: Tensor,
-                     true_clean: Tensor | None) -> dict[str, float]:
-    """Scalars of one correspondence prediction: ``decl/predicted_clean`` (count),
-    ``decl/uncertainty_mean`` and, with the ground truth, the precision/recall/F1 of the
-    predicted-noisy pairs (positives = noisy) and the mean uncertainty of the truly clean and
-    truly noisy pairs."""
-    out = {"decl/predicted_clean": float(pred_clean.sum()),
-           "decl/uncertainty_mean": float(uncertainty.mean())}
+def uncertainty_stats(uncertainty: Tensor, true_clean: Tensor | None) -> dict[str, float]:
+    """``decl/uncertainty_mean`` of one correspondence prediction and, with the ground truth,
+    the mean uncertainty of the truly clean and truly noisy pairs (its predicted-clean count
+    and precision/recall/F1 are :func:`~ncl.methods.reports.division_report`'s)."""
+    out = {"decl/uncertainty_mean": float(uncertainty.mean())}
     if true_clean is None:
         return out
-    m = detection_metrics(pred_clean.bool(), true_clean.bool())
-    out.update({f"decl/{key}": float(m[key]) for key in ("precision", "recall", "f1")})
     for name, mask in (("clean", true_clean), ("noisy", ~true_clean)):
         if bool(mask.any()):
             out[f"decl/uncertainty_true_{name}"] = float(uncertainty[mask].mean())

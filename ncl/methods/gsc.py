@@ -31,17 +31,18 @@ from torch import Tensor
 
 from ncl.callbacks.protocols import EpochDiagnostics, LabelView
 from ncl.data.contracts import retrieval_data
-from ncl.division.detection import prefixed
+from ncl.division.detection import detection_scalars
 from ncl.division.gsc import update_targets
 from ncl.errors import ConfigError
 from ncl.evaluation.ranking import GMM, Ranking
-from ncl.losses.gsc import gsc_objective, info_nce
+from ncl.losses.contrastive import info_nce
+from ncl.losses.gsc import gsc_objective
 from ncl.losses.triplet import triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
 from ncl.methods.declaration import TINY_RUN_ARGS, MethodSpec, RegressionCase, Row
 from ncl.methods.gsc_ranking import STRUCTURE
+from ncl.methods.reports import division_report
 from ncl.methods.skeleton import check_ranges
-from ncl.metrics.noise_detection import detection_metrics
 from ncl.models.contracts import encode_images
 from ncl.models.gsc_structure import caption_structure, image_structure
 from ncl.training.distributed import broadcast_
@@ -135,7 +136,7 @@ class GSC(RetrievalMethod):
             if hp.warmup_loss == "triplet":
                 loss = triplet_loss(sims, margin=hp.margin, negatives="hardest").sum()
             else:
-                loss = info_nce(sims, hp.temperature)[0].mean()
+                loss = info_nce(sims, hp.temperature, directions="i2t", reduction="mean").loss
             self.log_train({"loss": loss}, batch_size=size)
             return loss
         lengths = [int(n) for n in batch["lengths"].tolist()]
@@ -183,25 +184,23 @@ class GSC(RetrievalMethod):
         if self.targets_epoch != epoch or not self.targets.ready:
             return EpochDiagnostics()
         table = self.targets.values
-        scalars = gsc_stats(table[TARGET], table[POSTERIOR], true_clean)
         views = [LabelView("GSC target min(pred, topo)", table[TARGET].float(), "target y"),
                  LabelView("GSC structure GMM posterior", table[POSTERIOR].float(), "posterior (clean)")]
-        return EpochDiagnostics(scalars, {"GSC target > 0.5": table[TARGET] > 0.5}, None, views,
-                                noise_detection=prefixed(scalars, "gsc/"))
+        return division_report({"GSC target > 0.5": table[TARGET] > 0.5}, true_clean, prefix="gsc/",
+                               scalars=target_stats(table[TARGET], table[POSTERIOR], true_clean),
+                               labels=views)
 
 
-def gsc_stats(targets: Tensor, posterior: Tensor, true_clean: Tensor | None) -> dict[str, float]:
-    """``gsc/target_mean``, ``gsc/predicted_clean`` (targets > 0.5) and, with the ground truth,
-    precision/recall/F1 of the predicted-noisy pairs (positives: noisy) by the targets and by
-    the GMM posterior (``gsc/gmm_*``), and the mean target of the truly clean/noisy pairs."""
-    clean = targets > 0.5
-    out = {"gsc/target_mean": float(targets.mean()), "gsc/predicted_clean": float(clean.sum())}
+def target_stats(targets: Tensor, posterior: Tensor, true_clean: Tensor | None) -> dict[str, float]:
+    """``gsc/target_mean`` and, with the ground truth, the precision/recall/F1 of the split's
+    own GMM decision (posterior > 0.5, ``gsc/gmm_*``; positives: noisy) and the mean target of
+    the truly clean/noisy pairs (the targets' predicted-clean count and precision/recall/F1,
+    targets > 0.5, are :func:`~ncl.methods.reports.division_report`'s)."""
+    out = {"gsc/target_mean": float(targets.mean())}
     if true_clean is None:
         return out
     truth = true_clean.bool()
-    for prefix, pred in (("gsc/", clean), ("gsc/gmm_", posterior > 0.5)):
-        m = detection_metrics(pred, truth)
-        out.update({f"{prefix}{key}": float(m[key]) for key in ("precision", "recall", "f1")})
+    out.update(detection_scalars(posterior > 0.5, truth, "gsc/gmm_"))
     for name, mask in (("clean", truth), ("noisy", ~truth)):
         if bool(mask.any()):
             out[f"gsc/target_true_{name}"] = float(targets[mask].mean())

@@ -49,7 +49,8 @@ from ncl.division.co_divide import Division, co_divide_record, division_made_for
 from ncl.division.in2r_queue import (EmbeddingQueue, enqueue_mask, mean_clean_probability,
                                      nearest_neighbours, rectified_targets)
 from ncl.errors import ConfigError
-from ncl.losses.in2r import labelled_loss, rectified_loss, warmup_loss
+from ncl.losses.in2r import (CORRECTION_WEIGHT, IN2R_TAU, INTRA_MARGIN, labelled_loss,
+                             rectified_loss, warmup_loss)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.methods.declaration import TINY_ADAM_ARGS, TINY_DATA_ARGS, MethodSpec, RegressionCase, Row
 from ncl.methods.in2r_support import (augmented, check_pooled_backbone, check_queue_fits,
@@ -133,11 +134,11 @@ class IN2R(RetrievalMethod):
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = in2r_optimizer, lr_update: int = 15,
-                 warmup_epochs: int = 1, margin: float = 0.2, intra_margin: float = 0.3,
-                 intra_modal: bool = True, tau: float = 0.05, p_threshold: float = 0.5,
+                 warmup_epochs: int = 1, margin: float = 0.2, intra_margin: float = INTRA_MARGIN,
+                 intra_modal: bool = True, tau: float = IN2R_TAU, p_threshold: float = 0.5,
                  clean_rule: CleanRule = "greater", gmm_seed: int | None = 0,
                  division_shuffle: bool = True, queue_size: int = 65536, k: int = 1,
-                 i2t: bool = False, t2i: bool = False, correction_weight: float = 0.5,
+                 i2t: bool = False, t2i: bool = False, correction_weight: float = CORRECTION_WEIGHT,
                  refiner: Refiner = "graph", refiner_heads: int = 4, refiner_dropout: float = 0.1,
                  retrieve_from: Side = "peer", enqueue_mean: Side = "own",
                  clip_refiners: bool = False, augmentation: bool = True,

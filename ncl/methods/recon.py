@@ -36,15 +36,15 @@ from ncl.division.three_way import (PseudoLabelInit, PseudoLabelScope, ThreeWayC
                                     penalty_factor)
 from ncl.division.detection import three_way
 from ncl.errors import ConfigError
-from ncl.losses import Negatives, triplet_loss
+from ncl.losses import Negatives, info_nce, triplet_loss
 from ncl.losses.recon import (SUBSET_CLEAN, SUBSET_LOCAL, SUBSET_NOISY, RelationKL, RowReduction,
                               cross_modal_relation_loss, relation_consistency_objective)
 from ncl.losses.recon_forward import (RelationFeatures, RelationLoss, RelationOptions, Score,
                                       check_backbone, division_values, relation_forward)
-from ncl.losses.recon_official import (TextProxy, info_nce_rows, official_rank_loss,
-                                       official_relation_loss)
+from ncl.losses.recon_official import TextProxy, official_rank_loss, official_relation_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod
 from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
+from ncl.methods.reports import division_report
 from ncl.methods.skeleton import LrSchedule, check_ranges
 from ncl.training.state import PerSampleState
 from ncl.streams import declare_stream
@@ -258,8 +258,11 @@ class ReCon(RetrievalMethod):
         """The triplet warm-up (Eq. 12) or the official file's image-to-text InfoNCE."""
         hp = self.hparams
         sims, _ = relation_forward(self.net, batch, self.relation, relations=False)  # (B, B)
-        loss = self.reduce(info_nce_rows(sims.float(), hp.tau).loss if hp.warmup_loss == "infonce"
-                           else triplet_loss(sims.float(), hp.margin, negatives=hp.warmup_negatives))
+        if hp.warmup_loss == "infonce":  # the official file's info_nce_loss: images query
+            per_pair = info_nce(sims.float(), hp.tau, directions="i2t").loss
+        else:
+            per_pair = triplet_loss(sims.float(), hp.margin, negatives=hp.warmup_negatives)
+        loss = self.reduce(per_pair)
         self.log_train({"loss": loss, f"warmup_{hp.warmup_loss}": loss}, batch_size=sims.shape[0])
         return loss
 
@@ -288,7 +291,7 @@ class ReCon(RetrievalMethod):
         if batch_relation:  # one scalar over the whole batch, as published
             loss = loss + official_relation_loss(im)
         if hp.store_predictions == "step":
-            self.step_predictions.scatter(0, batch["index"], cm.prediction)
+            self.step_predictions.scatter(0, batch["index"], cm.probability)
         size = float(subset.numel())
         self.log_train({"loss": loss, "cross_modal": cm.loss.mean(), "intra_modal": im.loss.mean(),
                         "clean_fraction": float((subset == SUBSET_CLEAN).sum()) / size,
@@ -312,8 +315,8 @@ class ReCon(RetrievalMethod):
         labels = LabelView("ReCon final labels y_hat (Eq. 11)", division.labels,
                            "final label y_hat (0 = noisy, 1 = clean)")
         scalars = three_way_stats(division, true_clean)
-        return EpochDiagnostics(scalars, {"D_n": division.subset != SUBSET_NOISY}, losses, [labels],
-                                noise_detection=three_way(scalars))
+        return division_report({"D_n": division.subset != SUBSET_NOISY}, true_clean, scalars=scalars,
+                               noise_detection=three_way(scalars), losses=losses, labels=[labels])
 
 
 def _check_ranges(hp: Any) -> None:

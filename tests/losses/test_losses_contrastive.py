@@ -8,7 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ncl.losses import infonce_loss, log_matching_probabilities
+from ncl.losses import info_nce, log_matching_probabilities
+
+
+def infonce_loss(sims: torch.Tensor, tau: float = 0.05, eps: float = 1e-10) -> torch.Tensor:
+    """RCL's per-sample CL (Eq. 8) through the one InfoNCE."""
+    return info_nce(sims, tau, eps=eps).loss
 
 
 Matrix = list[list[float]]

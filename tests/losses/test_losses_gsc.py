@@ -10,16 +10,25 @@ import math
 import pytest
 import torch
 
-from ncl.losses.gsc import (
-    bidirectional_info_nce,
-    gsc_objective,
-    info_nce,
-    structure_info_nce,
-    structure_matrices,
-    structure_scores,
-)
+from ncl.losses.contrastive import info_nce as one_info_nce
+from ncl.losses.gsc import gsc_objective, structure_matrices, structure_scores
 from ncl.models.gsc_structure import caption_structure, image_structure
 from ncl.models.sgraf import SGRAF
+
+
+def info_nce(sims: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """GSC's row InfoNCE through the one InfoNCE: ``(-log p_ii, p_ii)``."""
+    return one_info_nce(sims, temperature, directions="i2t")
+
+
+def bidirectional_info_nce(sims: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """GSC's ``L_cl`` (unweighted) and ``preds``: both directions averaged."""
+    return one_info_nce(sims, temperature, combine="mean", logits="per_direction")
+
+
+def structure_info_nce(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
+    """GSC's structure term (unweighted): the row InfoNCE of ``A B^T``."""
+    return one_info_nce(a @ b.t(), temperature, directions="i2t").loss
 
 
 def official_info_nce(s: list[list[float]], temp: float) -> tuple[list[float], list[float]]:

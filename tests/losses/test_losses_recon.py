@@ -38,7 +38,7 @@ def test_cross_modal_loss_both_directions_by_hand() -> None:
     expected = [-(math.log(p_v2l) + math.log(p_l2v)), -(math.log(q_v2l) + math.log(q_l2v))]
     assert terms.loss.tolist() == pytest.approx(expected, rel=1e-6)
     mean_p = [(p_v2l + p_l2v) / 2, (q_v2l + q_l2v) / 2]
-    assert terms.prediction.tolist() == pytest.approx(mean_p, rel=1e-6)
+    assert terms.probability.tolist() == pytest.approx(mean_p, rel=1e-6)
 
 
 def test_cross_modal_loss_is_weighted_by_the_label_and_scaled_by_tau() -> None:

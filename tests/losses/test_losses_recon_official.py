@@ -10,12 +10,17 @@ import pytest
 import torch
 from recon_by_hand import info_nce_by_hand, relation_by_hand, train_batch_losses
 
+from ncl.losses.contrastive import info_nce
 from ncl.losses.recon_official import (
-    info_nce_rows,
     official_rank_loss,
     official_relation_loss,
     official_relation_terms,
 )
+
+def info_nce_rows(sims: torch.Tensor, tau: float):  # noqa: ANN201
+    """The published ``info_nce_loss`` (the warm-up's): the one InfoNCE, images querying."""
+    return info_nce(sims, tau, directions="i2t")
+
 
 SIMS = torch.tensor([[0.9, 0.1, -0.3, 0.2],
                      [0.4, 0.5, 0.6, -0.1],
@@ -35,8 +40,8 @@ def test_info_nce_rows_is_the_published_info_nce() -> None:
     loss, preds = info_nce_by_hand(SIMS, 0.05)
     terms = info_nce_rows(SIMS, 0.05)
     assert torch.allclose(terms.loss, loss, atol=1e-5)
-    assert torch.allclose(terms.prediction, preds, atol=1e-6)
-    assert not terms.prediction.requires_grad
+    assert torch.allclose(terms.probability, preds, atol=1e-6)
+    assert not terms.probability.requires_grad
 
 
 def test_info_nce_rows_stays_finite_where_plain_exponentials_overflow() -> None:
@@ -46,7 +51,7 @@ def test_info_nce_rows_stays_finite_where_plain_exponentials_overflow() -> None:
     terms = info_nce_rows(sims, 0.05)
     assert torch.isfinite(terms.loss).all()
     assert torch.allclose(terms.loss.double(), loss, rtol=1e-5, atol=1e-4)
-    assert torch.allclose(terms.prediction.double(), preds, atol=1e-6)
+    assert torch.allclose(terms.probability.double(), preds, atol=1e-6)
 
 
 def test_rank_loss_is_both_directions_averaged_and_weighted_by_the_targets() -> None:
@@ -55,7 +60,7 @@ def test_rank_loss_is_both_directions_averaged_and_weighted_by_the_targets() -> 
     col, col_p = info_nce_by_hand(SIMS.t(), 0.1)
     terms = official_rank_loss(SIMS, targets, 0.1)
     assert torch.allclose(terms.loss, (row + col) * 0.5 * targets, atol=1e-5)
-    assert torch.allclose(terms.prediction, (row_p + col_p) * 0.5, atol=1e-6)
+    assert torch.allclose(terms.probability, (row_p + col_p) * 0.5, atol=1e-6)
     # the train_batch scalar: xi * loss_rank.mean()
     assert (5 * terms.loss.mean()).item() == pytest.approx(
         (5 * ((row + col) * 0.5 * targets).mean()).item(), rel=1e-5)

@@ -10,7 +10,8 @@ import torch
 
 from ncl.losses import (
     complementary_contrastive_loss,
-    infonce_loss,
+    RCL_EPS,
+    info_nce,
     matching_probabilities,
     rcl_ablation_loss,
     soft_margin_triplet_loss,
@@ -44,7 +45,9 @@ LOSSES: dict[str, Callable[[torch.Tensor, float], torch.Tensor]] = {
     "ccl_log_ratio": lambda s, t: complementary_contrastive_loss(
         s, t, "log", negative_ratio=0.5, generator=torch.Generator().manual_seed(0)
     ),
-    "infonce": lambda s, t: infonce_loss(s, t),
+    "infonce": lambda s, t: info_nce(s, t, eps=RCL_EPS).loss,
+    "infonce_plain": lambda s, t: info_nce(s, t).loss,
+    "infonce_rows_mean": lambda s, t: info_nce(s, t, directions="i2t", combine="mean").loss,
     **{
         f"ablation_{v}": (
             lambda s, t, v=v: rcl_ablation_loss(

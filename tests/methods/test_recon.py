@@ -114,7 +114,7 @@ def test_division_values_are_the_losses_of_the_batch() -> None:
         im = intra_modal_relation_loss(img, cap, batch["lengths"])
     assert values.shape == (4, 3)
     assert torch.allclose(values[:, 0], cm.loss) and torch.allclose(values[:, 1], im.loss)
-    assert torch.allclose(values[:, 2], cm.prediction)
+    assert torch.allclose(values[:, 2], cm.probability)
 
 
 def test_relation_features_inputs_read_regions_and_word_vectors() -> None:
