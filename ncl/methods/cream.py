@@ -58,6 +58,12 @@ from ncl.training.plans import PlanLoader
 
 WarmupSelection = Literal["official", "last"]
 
+# The grid rows: the official hard and noisy starts (co-training epochs 10 and 15 of 40, a
+# quarter and three eighths of the co-training) scaled to the benchmark's 9 co-training epochs
+# (14 - 5 warm-up: 2 and 3) and synthetic-small's 5 (8 - 3: 1 and 2), rounded down.
+BENCHMARK_STARTS = ("--model.hard_start_epoch=2", "--model.noisy_start_epoch=3")
+SMALL_STARTS = ("--model.hard_start_epoch=1", "--model.noisy_start_epoch=2")
+
 #: Stream ids: the division pass's shuffle, the fresh networks of an unselected warm-up.
 DIVISION_STREAM = declare_stream(75, "cream.division")
 REINIT_STREAM = declare_stream(76, "cream.reinit")
@@ -105,11 +111,12 @@ class CREAM(RetrievalMethod):
         rows=(Row("cream", "CREAM-{}", order=160, warmup=True, paper_config="cream_{bb}_{ds}",
                   divides="agreement", small_backbones=("SGR",),
                   overrides=("--model=ncl.methods.cream.CREAM", f"--model.warmup_epochs={BENCHMARK_WARMUP}",
-                             "--model.hard_start_epoch=3", "--model.noisy_start_epoch=6")),),
+                             *BENCHMARK_STARTS),
+                  small=SMALL_STARTS),),
         tiny={"cream": {"warmup_epochs": 1, "hard_start_epoch": 0, "noisy_start_epoch": 1}},
         regression={"cream": RegressionCase("cream_sgr_f30k.yaml", (
-            *TINY_RUN_ARGS, "--model.warmup_epochs=1", "--model.hard_start_epoch=1",
-            "--model.noisy_start_epoch=2"))},
+            *TINY_RUN_ARGS, "--model.warmup_epochs=2", "--model.hard_start_epoch=0",
+            "--model.noisy_start_epoch=1"))},
         page="cream.md", config_prefixes=("cream_",))
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *, warmup_epochs: int = 5,
