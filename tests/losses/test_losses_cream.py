@@ -82,6 +82,11 @@ def test_hand_weights_of_a_three_by_three() -> None:
     assert torch.allclose(wc[:, 2], torch.tensor([2 / 3, 1 / 3, 0.0], dtype=torch.float64))
     wr, _ = soft_label_weights(s, y, 0.2, 0.0)  # 0.125 < 0.2 is zeroed
     assert torch.allclose(wr[0], torch.tensor([0.5, 0.0, 0.375], dtype=torch.float64))
+    # a weight equal to the filter stays (official: zeroed only when strictly below)
+    even = torch.tensor([[0.9, 0.5], [0.5, 0.9]], dtype=torch.float64)
+    wr, wc = soft_label_weights(even, torch.zeros(2, dtype=torch.float64), 1.0, 0.0)
+    assert torch.equal(wr, torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.float64))
+    assert torch.equal(wc, wr)
 
 
 def test_smooth_weights_are_uniform() -> None:
