@@ -29,32 +29,21 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, get_args
 
-import lightning as L
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from ncl.callbacks.division import GMMDivision, divide_if_due
-from ncl.callbacks.protocols import EpochDiagnostics, GMMSpec, LabelView, LossView, PassSpec
-from ncl.data.contracts import retrieval_data
-from ncl.data.datasets import Batch, PairDataset
-from ncl.data.samplers import epoch_seed, global_seed
-from ncl.division.co_divide import division_made_for
-from ncl.division.cream import (CLEAN, HARD, NOISY, SubsetDivision, agreement_split, clean_targets,
-                                hard_targets, mined_targets, official_clean_mask)
-from ncl.division.detection import precision_recall_f1
-from ncl.errors import ConfigError, TrainingError
-from ncl.evaluation.epoch_end import finish_validation
-from ncl.evaluation.metric import LOGGED_KEYS
-from ncl.losses.cream import (batch_filter, infonce_prediction, per_sample_infonce,
-                              soft_label_infonce, step_filters)
-from ncl.methods.base import BackboneFactory, RetrievalMethod
+from ncl.callbacks.protocols import EpochDiagnostics
+from ncl.data.datasets import Batch
+from ncl.division.cream import agreement_split, clean_targets, hard_targets, mined_targets
+from ncl.errors import ConfigError
+from ncl.losses.cream import batch_filter, per_sample_infonce, soft_label_infonce, step_filters
+from ncl.methods.base import BackboneFactory
+from ncl.methods.cream_support import SplitCoTraining, subset_report
 from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
 from ncl.methods.skeleton import check_ranges
 from ncl.models.contracts import forward_batch
 from ncl.streams import declare_stream
-from ncl.training.cream_plans import CreamStepDataset, cream_plan
 from ncl.training.passes import eval_mode
-from ncl.training.plans import PlanLoader
 
 WarmupSelection = Literal["official", "last"]
 
@@ -69,13 +58,7 @@ DIVISION_STREAM = declare_stream(75, "cream.division")
 REINIT_STREAM = declare_stream(76, "cream.reinit")
 
 
-def beats_every_maximum(values: dict[str, float], maxima: dict[str, float] | None) -> bool:
-    """The official warm-up rule: every value (rSum and the six recalls) strictly above its
-    running maximum; ``maxima`` ``None`` (nothing validated yet): maxima of 0."""
-    return all(v > (0.0 if maxima is None else maxima[k]) for k, v in values.items())
-
-
-class CREAM(RetrievalMethod):
+class CREAM(SplitCoTraining):
     """CREAM LightningModule (two networks A and B, manual optimisation).
 
     Args:
@@ -129,153 +112,13 @@ class CREAM(RetrievalMethod):
         super().__init__(vocab_size, backbone, n_networks=2, lr_update=lr_update, **kwargs)
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
         _check_ranges(self.hparams)
-        self.automatic_optimization = False
-        self.plan_seed = global_seed() if seed is None else seed
-        # Training state (checkpointed, identical on every rank):
-        self.division: SubsetDivision | None = None
-        self.warmup_maxima: dict[str, float] | None = None  # running maxima of the warm-up
-        self.warmup_best: dict[str, Any] | None = None  # {"epoch", "weights"} of the selection
-        self.warmup_done = False  # the selection was applied
+        self.init_state(seed)
 
-    def method_callbacks(self) -> list[L.Callback]:
-        return [GMMDivision()]
+    division_stream, reinit_stream = DIVISION_STREAM, REINIT_STREAM
 
-    # ------------------------------------------------------------------ state
-    def training_state(self) -> dict[str, Any]:
-        return {"division": None if self.division is None else self.division.state(),
-                "warmup_maxima": self.warmup_maxima, "warmup_best": self.warmup_best,
-                "warmup_done": self.warmup_done}
-
-    def load_training_state(self, state: dict[str, Any]) -> None:
-        self.division = SubsetDivision.from_state(state.get("division"))  # type: ignore[assignment]
-        self.warmup_maxima = state.get("warmup_maxima")
-        self.warmup_best = state.get("warmup_best")
-        self.warmup_done = bool(state.get("warmup_done", False))
-
-    # ------------------------------------------------------------------ schedule
-    default_lr_schedule, logs_lr_factor = "after_warmup", True
-
-    def cotrain_epoch(self) -> int:
-        """The co-training epoch (0-based) of the current epoch."""
-        return self.current_epoch - self.hparams.warmup_epochs
-
-    # ------------------------------------------------------------------ warm-up selection
-    def on_validation_epoch_end(self) -> None:
-        """The base's validation (:func:`~ncl.evaluation.epoch_end.finish_validation`), then,
-        in a warm-up epoch, the official warm-up rule on the ensemble's rSum and recalls."""
-        kept: dict[str, Any] = {}
-
-        def evaluate(protocols: Any) -> Any:
-            kept["evaluation"] = self.evaluate(protocols)
-            return kept["evaluation"]
-
-        if not self.trainer.sanity_checking and self.evaluation.cap_index:
-            finish_validation(self, evaluate)
-        self.evaluation.reset()
-        if "evaluation" in kept and self.trainer.state.fn == "fit":
-            results = kept["evaluation"].results
-            self.note_warmup_validation(self.current_epoch, results[list(results)[-1]]["1k"])
-
-    def note_warmup_validation(self, epoch: int, metrics: dict[str, float]) -> None:
-        """Update the running maxima with a warm-up epoch's validation; keep its weights when
-        every value beats them (:func:`beats_every_maximum`)."""
-        if not self.is_warmup_epoch(epoch) or self.hparams.warmup_selection != "official":
-            return
-        values = {k: float(metrics[k]) for k in LOGGED_KEYS}
-        if beats_every_maximum(values, self.warmup_maxima):
-            self.warmup_best = {"epoch": epoch, "weights": [
-                {k: v.detach().cpu().clone() for k, v in net.state_dict().items()} for net in self.nets]}
-        old = self.warmup_maxima or {k: 0.0 for k in values}
-        self.warmup_maxima = {k: max(v, old[k]) for k, v in values.items()}
-
-    def finish_warmup(self) -> None:
-        """Load the selected warm-up weights (official ``warmup_selection``) into both networks
-        once, before the first division; no selected epoch: fresh networks and optimisers.
-        Adam's moments are kept when weights are loaded (the official code reloads the
-        networks only). Nothing happens when no warm-up epoch was validated."""
-        if self.warmup_done:
-            return
-        self.warmup_done = True
-        if self.hparams.warmup_selection != "official" or self.warmup_maxima is None:
-            return
-        best, self.warmup_best = self.warmup_best, None
-        with torch.no_grad():
-            if best is not None:
-                for net, weights in zip(self.nets, best["weights"]):
-                    net.load_state_dict(weights)
-                return
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(epoch_seed(self.training_seed, self.hparams.warmup_epochs, REINIT_STREAM))
-                fresh = [self.backbone_factory(self.hparams.vocab_size) for _ in self.nets]
-            for net, new in zip(self.nets, fresh):
-                net.load_state_dict(new.state_dict())
-        for opt in self.optimizers():
-            opt.optimizer.state.clear()
-
-    # ------------------------------------------------------------------ division (GMMDivisible)
-    def division_due(self, epoch: int) -> bool:
-        return epoch >= self.hparams.warmup_epochs and not division_made_for(self.division, epoch)
-
-    def division_pass(self, epoch: int) -> tuple[PassSpec, GMMSpec]:
-        """``l_i = L^r_ii + L^c_ii`` of both networks over one shuffle (official ``eval_train``
-        over the shuffled warm-up loader); the warm-up selection first."""
-        self.finish_warmup()
-        hp = self.hparams
-        batch_size = retrieval_data(self.trainer, "CREAM").batch_size
-        temperature = hp.temperature
-
-        def loss(net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-            return per_sample_infonce(forward_batch(net, batch).float(), temperature)
-
-        spec = PassSpec(loss, (0, 1), batch_size, hp.division_shuffle, DIVISION_STREAM, self.plan_seed)
-        return spec, GMMSpec(seed=hp.gmm_seed)
-
-    def accept_division(self, epoch: int, values: Tensor, clean_prob: Tensor) -> None:
-        prob, threshold = clean_prob.float(), self.hparams.p_threshold
-        subset = agreement_split(prob, threshold)
-        clean = torch.stack([official_clean_mask(p, threshold) for p in prob])
-        self.division = SubsetDivision(epoch=epoch, losses=values, prob=prob, clean=clean, subset=subset)
-
-    # ------------------------------------------------------------------ plan
-    def setup(self, stage: str) -> None:
-        super().setup(stage)
-        if stage == "fit":
-            self.take_train_loader(self.cream_dataloader, "CREAM")
-
-    def cream_dataloader(self, pairs: PairDataset) -> PlanLoader:
-        """This epoch's steps (:func:`~ncl.training.cream_plans.cream_plan`); the epoch's
-        division is made here when missing (the loader is built before epoch-start hooks)."""
-        trainer, epoch = self.trainer, self.current_epoch
-        dm = retrieval_data(trainer, "CREAM")
-        divide_if_due(trainer, self, epoch)
-        subset = None if self.is_warmup_epoch(epoch) else self.division.subset.numpy()
-        if subset is not None and not bool((subset == CLEAN).sum() >= 2):
-            raise TrainingError(
-                f"CREAM epoch {epoch}: the division left {int((subset == CLEAN).sum())} clean pairs; "
-                f"co-training needs a clean batch (the official code skips the epoch). The "
-                f"division has collapsed (see cream/* in metrics.csv): more warm-up epochs or a "
-                f"lower learning rate usually help.")
-        steps = cream_plan(len(pairs), dm.batch_size, self.plan_seed, epoch, subset=subset,
-                           limit=trainer.limit_train_batches, rank=trainer.global_rank,
-                           world=trainer.world_size)
-        return PlanLoader(CreamStepDataset(pairs, steps), dm.num_workers,  # type: ignore[arg-type]
-                          pin_memory=self.device.type == "cuda")
-
-    # ------------------------------------------------------------------ training
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        k = int(batch["net"])
-        if self.is_warmup_epoch(self.current_epoch):
-            sims = forward_batch(self.nets[k], batch["clean"])
-            loss = per_sample_infonce(sims, self.hparams.temperature).mean()
-            self.optimize(k, loss)
-            self.log_net(k, {"warmup_infonce": loss.detach()}, sims.shape[0])
-            return
-        self.cotrain_step(k, batch["clean"], batch.get("hard"), bool(batch.get("hard_fresh", False)),
-                          batch.get("noisy"))
-
-    def predict_pairs(self, net: nn.Module, batch: Batch) -> Tensor:
-        """``p`` (B,) of ``net`` on ``batch`` (:func:`~ncl.losses.cream.infonce_prediction`)."""
-        return infonce_prediction(forward_batch(net, batch).float(), self.hparams.temperature)
+    def split(self, prob: Tensor) -> Tensor:
+        """The agreement split (:func:`~ncl.division.cream.agreement_split`), one for both."""
+        return agreement_split(prob, self.hparams.p_threshold)
 
     def iteration_targets(self, k: int, clean: Batch, hard: Batch | None, noisy: Batch | None
                           ) -> tuple[Tensor, Tensor | None, Tensor | None]:
@@ -326,10 +169,6 @@ class CREAM(RetrievalMethod):
         self.optimize(k, loss)
         return loss.detach()
 
-    def optimize(self, k: int, loss: Tensor) -> None:
-        """Backward, average and step network ``k`` only (clipped at ``grad_clip``)."""
-        self.step_module(self.optimizers()[k], self.nets[k], loss)
-
     # ------------------------------------------------------------------ diagnostics
     def epoch_diagnostics(self, epoch: int, true_clean: Tensor | None) -> EpochDiagnostics:
         """The division made for ``epoch``: subset sizes (``cream/{clean,hard,noisy}``), with the
@@ -339,28 +178,6 @@ class CREAM(RetrievalMethod):
             return EpochDiagnostics()
         return subset_report(division, division.subset, self.network_names, self.hparams.gmm_seed,
                              true_clean, "cream")
-
-
-def subset_report(division: SubsetDivision, subset: Tensor, names: tuple[str, ...],
-                  gmm_seed: int | None, true_clean: Tensor | None, prefix: str) -> EpochDiagnostics:
-    """Scalars ``<prefix>/<subset>`` (sizes) and ``<prefix>/<subset>_true_noisy``, the noise
-    detection of the noisy subset, the losses and clean probabilities of both networks."""
-    scalars: dict[str, float] = {}
-    for code, name in ((CLEAN, "clean"), (HARD, "hard"), (NOISY, "noisy")):
-        members = subset == code
-        scalars[f"{prefix}/{name}"] = float(members.sum())
-        if true_clean is not None:
-            scalars[f"{prefix}/{name}_true_noisy"] = float((members & ~true_clean).sum())
-    detection: dict[str, float] = {}
-    if true_clean is not None:
-        detection = precision_recall_f1(scalars[f"{prefix}/noisy_true_noisy"],
-                                        scalars[f"{prefix}/noisy"], float((~true_clean).sum()))
-    losses = LossView(f"{prefix} division: per-sample InfoNCE and GMM",
-                      dict(zip(names, division.losses)), gmm_seed)
-    labels = [LabelView(f"clean probability from network {n}'s GMM", w, "clean probability")
-              for n, w in zip(names, division.prob)]
-    return EpochDiagnostics(scalars, {"noisy subset": subset != NOISY}, losses, labels,
-                            noise_detection=detection)
 
 
 def _check_ranges(hp: Any) -> None:

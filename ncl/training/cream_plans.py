@@ -37,6 +37,19 @@ NOISY_STREAM = declare_stream(74, "cream.noisy")
 
 
 @dataclass(frozen=True)
+class PlanStreams:
+    """The stream ids of a plan's four shuffles (SPS, which reuses the plan, has its own)."""
+
+    warmup: int = WARMUP_STREAM
+    driving: int = CLEAN_STREAM  # the loader that drives the epoch (CREAM's clean)
+    held: int = HARD_STREAM  # the loader that is never restarted (CREAM's hard)
+    cycled: int = NOISY_STREAM  # the loader re-shuffled when exhausted (the noisy one)
+
+
+CREAM_STREAMS = PlanStreams()
+
+
+@dataclass(frozen=True)
 class CreamStep:
     """One iteration of one network.
 
@@ -56,11 +69,11 @@ class CreamStep:
 
 
 def warmup_steps(num_pairs: int, batch_size: int, seed: int, epoch: int, rank: int = 0,
-                 world: int = 1) -> list[CreamStep]:
+                 world: int = 1, stream: int = WARMUP_STREAM) -> list[CreamStep]:
     """A's pass over its own shuffle of every pair, then B's (a last batch of one dropped)."""
     steps: list[CreamStep] = []
     for net in (0, 1):
-        order = rng_for(seed, epoch, WARMUP_STREAM, net).permutation(num_pairs)
+        order = rng_for(seed, epoch, stream, net).permutation(num_pairs)
         steps += [CreamStep(net, b) for b in chunk(shard(order, rank, world), batch_size)]
     return steps
 
@@ -81,45 +94,53 @@ def cycled(pool: np.ndarray, count: int, batch_size: int, seed: int, epoch: int,
 
 
 def held(pool: np.ndarray, count: int, batch_size: int, seed: int, epoch: int, net: int,
-         rank: int = 0, world: int = 1) -> list[tuple[np.ndarray | None, bool]]:
+         rank: int = 0, world: int = 1, stream: int = HARD_STREAM) -> list[tuple[np.ndarray | None, bool]]:
     """``count`` (batch, fresh) pairs of a loader that is never restarted: one pass over a
     shuffle of ``pool``, then its last batch again, stale (``fresh`` false)."""
     if count == 0 or len(shard(pool, rank, world)) == 0:
         return [(None, False)] * count
-    order = rng_for(seed, epoch, HARD_STREAM, net).permutation(pool)
+    order = rng_for(seed, epoch, stream, net).permutation(pool)
     batches = chunk(shard(order, rank, world), batch_size, min_size=1)
     return [(batches[i], True) if i < len(batches) else (batches[-1], False) for i in range(count)]
 
 
 def cotrain_steps(subset: np.ndarray, batch_size: int, seed: int, epoch: int, rank: int = 0,
-                  world: int = 1, codes: tuple[int, int, int] = (0, 1, 2)) -> list[CreamStep]:
+                  world: int = 1, codes: tuple[int, int, int] = (0, 1, 2),
+                  streams: PlanStreams = CREAM_STREAMS) -> list[CreamStep]:
     """A co-training epoch: A's iterations, then B's, each over its own shuffles of the subsets.
 
     Args:
-        subset: ``(N,)`` subset codes (:func:`~ncl.division.cream.agreement_split`).
+        subset: ``(N,)`` subset codes both networks train on
+            (:func:`~ncl.division.cream.agreement_split`), or ``(2, N)``: network ``k`` trains
+            on row ``1 - k`` (SPS: each network on its peer's split).
         batch_size: per-process batch size of the three loaders.
         seed, epoch, rank, world: the plan's seed and DDP position.
-        codes: the codes of the clean, hard and noisy subsets.
+        codes: the codes of the driving (clean), held (hard) and cycled (noisy) subsets.
+        streams: the stream ids of the shuffles.
     """
-    clean, hard, noisy = (np.flatnonzero(subset == code) for code in codes)
     steps: list[CreamStep] = []
     for net in (0, 1):
-        order = rng_for(seed, epoch, CLEAN_STREAM, net).permutation(clean)
+        codes_of = subset if subset.ndim == 1 else subset[1 - net]
+        driving, kept, cycling = (np.flatnonzero(codes_of == code) for code in codes)
+        order = rng_for(seed, epoch, streams.driving, net).permutation(driving)
         batches = chunk(shard(order, rank, world), batch_size)
-        hards = held(hard, len(batches), batch_size, seed, epoch, net, rank, world)
-        noisies = cycled(noisy, len(batches), batch_size, seed, epoch, net, NOISY_STREAM, rank, world)
+        hards = held(kept, len(batches), batch_size, seed, epoch, net, rank, world, streams.held)
+        noisies = cycled(cycling, len(batches), batch_size, seed, epoch, net, streams.cycled, rank, world)
         steps += [CreamStep(net, c, h, fresh, n) for c, (h, fresh), n in zip(batches, hards, noisies)]
     return steps
 
 
 def cream_plan(num_pairs: int, batch_size: int, seed: int, epoch: int, *, subset: np.ndarray | None,
-               limit: int | float = 1.0, rank: int = 0, world: int = 1) -> list[CreamStep]:
-    """One epoch's steps: the warm-up (``subset`` ``None``) or a co-training epoch, then
-    ``trainer.limit_train_batches`` shared between A and B (:func:`~ncl.training.plans.limit_steps`)."""
+               limit: int | float = 1.0, rank: int = 0, world: int = 1,
+               codes: tuple[int, int, int] = (0, 1, 2),
+               streams: PlanStreams = CREAM_STREAMS) -> list[CreamStep]:
+    """One epoch's steps: the warm-up (``subset`` ``None``) or a co-training epoch
+    (:func:`cotrain_steps`), then ``trainer.limit_train_batches`` shared between A and B
+    (:func:`~ncl.training.plans.limit_steps`)."""
     if subset is None:
-        steps = warmup_steps(num_pairs, batch_size, seed, epoch, rank, world)
+        steps = warmup_steps(num_pairs, batch_size, seed, epoch, rank, world, streams.warmup)
     else:
-        steps = cotrain_steps(subset, batch_size, seed, epoch, rank, world)
+        steps = cotrain_steps(subset, batch_size, seed, epoch, rank, world, codes, streams)
     return limit_steps(steps, limit)  # type: ignore[arg-type]
 
 

@@ -14,7 +14,8 @@ from ncl.data.datasets import collate
 from ncl.division.cream import CLEAN, HARD, NOISY, SubsetDivision
 from ncl.errors import ConfigError
 from ncl.losses.cream import infonce_prediction, soft_label_infonce
-from ncl.methods.cream import CREAM, beats_every_maximum
+from ncl.methods.cream import CREAM
+from ncl.methods.cream_support import beats_every_maximum
 from ncl.models.sgraf import SGRAF
 
 N = 20

@@ -62,3 +62,12 @@ def test_ranks_share_steps_and_sizes() -> None:
 def test_limit_is_shared_between_networks() -> None:
     steps = cream_plan(0, 8, 0, 0, subset=subset_of(80, 0, 0), limit=4)
     assert [s.net for s in steps] == [0, 0, 1, 1]
+
+
+def test_each_network_trains_on_its_peers_split() -> None:
+    a = np.array([3] * 10 + [0] * 5 + [2] * 5)  # network A's split (SPS codes: 3 strict)
+    b = np.array([2] * 10 + [3] * 6 + [0] * 4)
+    steps = cotrain_steps(np.stack([a, b]), 4, 0, 0, codes=(3, 0, 2))
+    drive = {net: sorted(np.concatenate([s.clean for s in steps if s.net == net]).tolist()) for net in (0, 1)}
+    assert drive[0] == list(range(10, 16))  # A is driven by B's strictly clean pairs
+    assert drive[1] == list(range(10))  # B by A's
