@@ -78,12 +78,14 @@ def test_one_iteration_three_steps_by_value() -> None:
     model = Recorded(2)
     prob = with_division(model)
     strict, clean, noisy = batch([0, 2, 4, 6]), batch([8, 9, 11]), batch([14, 16, 19])
+    noisy["images"] = strict["images"][[2, 0, 3]]  # each noisy image's nearest is itself
     k, net = 0, model.nets[0]
     p_c = eval_pass(net, lambda: infonce_prediction(net(clean["images"], clean["tokens"], clean["lengths"]), 0.07))
     t_c = prob[1][[8, 9, 11]] + (1 - prob[1][[8, 9, 11]]) * p_c  # B's probabilities: A's peer
     cos = eval_pass(net, lambda: cosine_matrix(net.encode_images(noisy["images"]).mean(1),
                                                net.encode_images(strict["images"]).mean(1)))
     pick = cos.argmax(1)
+    assert pick.tolist() == [2, 0, 3]
     tokens = strict["tokens"][pick]
     p_n = eval_pass(net, lambda: infonce_prediction(net(noisy["images"], tokens, strict["lengths"][pick]), 0.07))
     y_n = p_n * cos.max(1).values
