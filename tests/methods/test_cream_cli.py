@@ -12,8 +12,9 @@ import pytest
 
 from launch import ncl_here
 from ncl.cli import main
-from tiny_runs import (DDP_DATA, METHODS, assert_counted_once, last_checkpoint, method_config,
-                       per_epoch, run_folder, sync_check_args)
+from resume_helpers import fit_killed_at
+from tiny_runs import (DDP_DATA, METHODS, assert_counted_once, assert_same_checkpoints,
+                       last_checkpoint, method_config, per_epoch, run_folder, sync_check_args)
 
 
 def tiny_config(root: Path, cache: Path, **kwargs) -> Path:  # noqa: ANN003 - forwarded
@@ -45,6 +46,31 @@ def test_fit_divides_trains_three_steps_tests_and_predicts(tmp_path: Path, synth
                       cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert len(list(csv.DictReader(out.open()))) == 300
+
+
+def test_killed_inside_the_warmup_resumes_its_selection_exactly(tmp_path: Path,
+                                                                 synthetic_cache: Path) -> None:
+    """Two warm-up epochs, killed in the second: the checkpoint of the first holds the running
+    maxima and the kept epoch's weights, and the resumed run selects, divides and trains as
+    the uninterrupted one."""
+    method = {**METHODS["cream"], "init_args": {**METHODS["cream"]["init_args"], "warmup_epochs": 2}}
+
+    def config(root: Path) -> Path:
+        return method_config(root, synthetic_cache, method, max_epochs=3, steps=4,
+                             data={"noise_type": "caption"})
+
+    main(["fit", "--config", str(config(tmp_path / "straight"))])
+    straight = run_folder(tmp_path / "straight")
+    killed_cfg = config(tmp_path / "killed")
+    killed = fit_killed_at(killed_cfg, tmp_path, 4 + 2)  # the second warm-up epoch
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    folder = run_folder(tmp_path / "killed")
+    state = last_checkpoint(folder)["ncl_training_state"]
+    assert last_checkpoint(folder)["epoch"] == 0 and not state["warmup_done"]
+    assert state["warmup_maxima"] is not None and state["warmup_best"]["epoch"] == 0
+    main(["fit", "--config", str(killed_cfg), "--ckpt_path", "last"])
+    assert per_epoch(folder, "val/rsum") == per_epoch(straight, "val/rsum")
+    assert_same_checkpoints(last_checkpoint(straight), last_checkpoint(folder))
 
 
 def test_two_cpu_processes_fit_resume_test(tmp_path: Path, synthetic_cache: Path,
