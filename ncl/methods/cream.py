@@ -150,7 +150,7 @@ class CREAM(SplitCoTraining):
         filters = step_filters(batch_filter(means, counts), sizes["clean"] / self.division.subset.numel(),
                                epoch, hp.hard_start_epoch, hp.clean_fraction_rule)
         logs = {"loss_clean": self.soft_step(k, clean, t_c, filters.clean),
-                "target_clean": t_c.mean(), "filter": torch.tensor(filters.noisy)}
+                "target_clean": t_c.mean(), "filter": filters.noisy}
         if epoch >= hp.hard_start_epoch and hard is not None and hard_fresh and len(hard["index"]) > 1:
             logs["loss_hard"] = self.soft_step(k, hard, t_h, filters.hard)
         if epoch >= hp.noisy_start_epoch and noisy is not None and len(noisy["index"]) > 1:
