@@ -38,7 +38,7 @@ from ncl.division.bicro import (CleanComponent, Fallback, PosteriorInput, bicro_
 from ncl.division.bicro_labels import (LabelScatter, global_embeddings, labelled_soft_labels,
                                        unlabelled_soft_labels)
 from ncl.division.co_divide import Division, division_made_for, gmm_probabilities, mean_hinge
-from ncl.errors import ConfigError
+from ncl.errors import ConfigError, TrainingError
 from ncl.losses.bicro import CaptionMargin, bicro_soft_triplet, selected_warmup_loss
 from ncl.losses.triplet import RecastKind
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
@@ -185,6 +185,8 @@ class BiCro(RetrievalMethod):
         dm = retrieval_data(trainer, "BiCro")
         divide_now_if_due(trainer, self, epoch)
         cotrain = not self.is_warmup_epoch(epoch)
+        if cotrain:
+            check_division_usable(self.division.clean, epoch)
         steps = co_teaching_plan(len(pairs), dm.batch_size, self.plan_seed, epoch,
                                  clean=self.division.clean if cotrain else None,
                                  with_unlabelled=cotrain and self.unlabelled_loss_on(),
@@ -277,6 +279,20 @@ def _embed(net: nn.Module, batch: Batch, with_sims: bool) -> tuple[Tensor, Tenso
     cap = net.encode_captions(batch["tokens"], batch["lengths"])
     sims = net.similarity(img, cap, batch["lengths"]) if with_sims else None
     return img, cap, sims
+
+
+def check_division_usable(clean: Tensor, epoch: int) -> None:
+    """Raise one clear error when neither network's division left its peer a batch (``(2, N)``
+    bool ``clean``). The official code then trains neither network (``if len(pred.nonzero()[0])``)
+    and, its weights unchanged, makes the same division every later epoch: an idle run."""
+    counts = [int(c.sum()) for c in clean]
+    if all(n < 2 for n in counts):
+        raise TrainingError(
+            f"BiCro epoch {epoch}: the division called {counts[0]}, {counts[1]} of {clean.shape[1]} "
+            f"pairs clean (networks A, B); co-training needs at least 2. The official code would "
+            f"train neither network from here on. The warm-up trains on the int(B * warmup_rate) "
+            f"smallest losses only: more warm-up epochs (model.warmup_epochs) or a larger "
+            f"model.warmup_rate usually help (see division/* in metrics.csv).")
 
 
 def _check_options(hp: Any) -> None:

@@ -12,9 +12,9 @@ from ncl.data.datasets import collate
 from ncl.division.bicro import bicro_clean_probability, bicro_split
 from ncl.division.bicro_labels import global_embeddings, labelled_soft_labels, unlabelled_soft_labels
 from ncl.division.co_divide import Division
-from ncl.errors import ConfigError
+from ncl.errors import ConfigError, TrainingError
 from ncl.losses.bicro import bicro_soft_triplet
-from ncl.methods.bicro import BiCro
+from ncl.methods.bicro import BiCro, check_division_usable
 from ncl.models.sgraf import SGRAF
 
 
@@ -139,3 +139,12 @@ def test_division_due_only_after_warmup() -> None:
 def test_bad_options_name_the_option(kwargs: dict, name: str) -> None:
     with pytest.raises(ConfigError, match=name):
         _model(**kwargs)
+
+
+def test_a_division_with_no_clean_batch_is_one_clear_error() -> None:
+    clean = torch.zeros(2, 30, dtype=torch.bool)
+    clean[0, 3] = True  # one pair is not a batch
+    with pytest.raises(TrainingError, match="BiCro epoch 4: the division called 1, 0 of 30"):
+        check_division_usable(clean, 4)
+    clean[1, :2] = True
+    check_division_usable(clean, 4)  # network A can train on B's two pairs
