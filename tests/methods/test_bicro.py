@@ -101,7 +101,8 @@ def test_switches_reach_the_step() -> None:
                    split_probability="rectify")
     model.train()
     w = torch.linspace(0.1, 0.9, 40, dtype=torch.float64)
-    model.division = Division(3, torch.zeros(2, 40), torch.stack([w, 1 - w]), torch.ones(2, 40, dtype=torch.bool))
+    model.division = Division(3, torch.zeros(2, 40), torch.stack([w, 1 - w]),
+                              torch.ones(2, 40, dtype=torch.bool))
     rec = _Recorder(model, False)
     y_l, _ = _peer_labels(model.nets[0], lab, unl, None, "aligned")
     model.cotrain_step(1, lab, None)
