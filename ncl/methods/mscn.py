@@ -154,13 +154,13 @@ class MSCN(RetrievalMethod):
         """The meta networks' Adam (``meta_lr``; the warm-up sets the networks' rate)."""
         return [torch.optim.Adam(m.parameters(), lr=self.hparams.meta_lr) for m in self.meta_nets]
 
-    def clips(self, optimizer: torch.optim.Optimizer) -> bool:
-        """The networks always; the meta networks in the warm-up only (official)."""
-        metas = [o.optimizer for o in self.optimizers()[2:]]
-        return optimizer not in metas or self.is_warmup_epoch(self.current_epoch)
-
     def setup(self, stage: str) -> None:
+        """For ``fit``: refuse float16 loss scaling (the meta networks' gradients are taken
+        outside it) and take over the training loader."""
         super().setup(stage)
+        if stage == "fit" and str(self.trainer.precision).startswith("16"):
+            raise ConfigError("MSCN trains in trainer.precision 32 or bf16-mixed: its meta step "
+                              f"takes gradients outside float16 loss scaling, got {self.trainer.precision}")
         if stage == "fit":
             self.take_train_loader(self.mscn_dataloader, "MSCN")
 
@@ -292,9 +292,8 @@ class MSCN(RetrievalMethod):
         with model.no_sync() if isinstance(model, DistributedDataParallel) else nullcontext():
             self.manual_backward(loss)
         average_gradients(self.nets[k])
-        average_gradients(self.meta_nets[k])
-        net_opt.step()
-        meta_opt.step()
+        net_opt.step()  # clipped in on_before_optimizer_step
+        self.step_meta(k)
         broadcast_buffers_(self.nets[k])
         self.log_net(k, {"warmup_triplet": loss.detach()}, sims.shape[0])
 
@@ -323,9 +322,18 @@ class MSCN(RetrievalMethod):
         meta_opt.zero_grad()
         for p, g in zip(meta.parameters(), grads):
             p.grad = g
-        average_gradients(meta)
-        meta_opt.step()
+        self.step_meta(k)
         return loss
+
+    def step_meta(self, k: int) -> None:
+        """Average meta network ``k``'s gradients over the ranks, clip them in the warm-up only
+        (official), step its Adam. The raw optimiser: ``trainer.global_step`` counts the
+        networks' steps, and no loss scaling touches these gradients."""
+        meta = self.meta_nets[k]
+        average_gradients(meta)
+        if self.is_warmup_epoch(self.current_epoch) and self.hparams.grad_clip > 0:
+            nn.utils.clip_grad_norm_(meta.parameters(), self.hparams.grad_clip)
+        self.optimizers()[2 + k].optimizer.step()
 
     def cotrain_step(self, k: int, batch: Batch, meta_batch: Batch | None) -> None:
         logs: dict[str, Tensor] = {}
