@@ -53,7 +53,8 @@ from ncl.evaluation.nonfinite import EvalSite
 from ncl.losses.mscn import MarginIndex, adaptive_margins, adaptive_triplet, meta_bce
 from ncl.losses.triplet import triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
-from ncl.methods.declaration import BENCHMARK_WARMUP, TINY_RUN_ARGS, MethodSpec, RegressionCase, Row
+from ncl.methods.declaration import (BENCHMARK_WARMUP, TINY_ADAM_ARGS, TINY_DATA_ARGS, TINY_SGRAF_ARGS,
+                                    MethodSpec, RegressionCase, Row)
 from ncl.methods.mscn_support import (META_DRAW_STREAM, NET_A, NET_B, MscnStepDataset, cotrain_steps, meta_pairs,
                                       negative_draw, warmup_steps)
 from ncl.methods.skeleton import check_ranges
@@ -118,9 +119,11 @@ class MSCN(RetrievalMethod):
         # meta step every other step (both paths), meta network moved visibly
         tiny={"mscn": {"warmup_epochs": 1, "meta_train_images": 6, "meta_interval": 2,
                        "meta_lr": 1e-3}},
+        # the DataModule's meta split (20 dev pairs) here, the method's own in the tiny case
         regression={"mscn": RegressionCase("mscn_sgr_f30k.yaml", (
-            *TINY_RUN_ARGS, "--data=ncl.data.datamodule.SyntheticDataModule",
-            "--model.warmup_epochs=1", "--model.meta_train_images=6", "--model.meta_lr=0.001"))},
+            *TINY_SGRAF_ARGS, "--data=ncl.data.meta_split.MetaSplitSyntheticDataModule",
+            *TINY_DATA_ARGS[1:], "--data.meta_size=20", *TINY_ADAM_ARGS,
+            "--model.warmup_epochs=1", "--model.meta_lr=0.001"))},
         page="mscn.md", config_prefixes=("mscn_",))
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
