@@ -142,9 +142,11 @@ class MSCN(RetrievalMethod):
         self.save_hyperparameters(ignore=["backbone", "optimizer"])
         _check_ranges(self.hparams)
         self.automatic_optimization = False
-        sim_dim = int(getattr(self.nets[0].sim_enc.sim_tranloc_w, "out_features", 0) or 0)
-        if not hasattr(self.nets[0], "sim_enc") or sim_dim < 1:
-            raise ConfigError("MSCN needs an SGRAF backbone (ncl.models.sgraf.SGRAF: SGR or SAF)")
+        head = getattr(getattr(self.nets[0], "sim_enc", None), "sim_tranloc_w", None)
+        if not isinstance(head, nn.Linear):
+            raise ConfigError("MSCN needs an SGRAF backbone (ncl.models.SGRAF: SGR or SAF): its "
+                              "meta network scores SGRAF's similarity vectors")
+        sim_dim = head.out_features
         self.meta_nets = nn.ModuleList([MetaSimilarity(sim_dim, meta_hidden) for _ in range(2)])
         # Training state (checkpointed): the purification the current epoch trains on.
         self.division: Division | None = None
