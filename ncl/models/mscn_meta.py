@@ -17,7 +17,7 @@ the pairs ``(image i, caption i)`` only (the official ``forward_individual``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -70,14 +70,28 @@ def _nodes(sim_enc: nn.Module, img_emb: Tensor, img_glo: Tensor, cap: Tensor) ->
     return torch.cat([glo.unsqueeze(1), loc], dim=1)
 
 
+def _columns(sim_enc: nn.Module, img_emb: Tensor, cap_emb: Tensor, lens: Sequence[int],
+             head: Callable[[Tensor], Tensor]) -> Tensor:
+    """``head`` of each caption's ``(B_img, S)`` vectors, stacked as columns (the official loop:
+    one caption against every image at a time, so only one column of vectors is alive)."""
+    img_glo = sim_enc.v_global_w(img_emb)  # (B_img, E); BatchNorm over the image batch
+    return torch.stack([head(_head_vector(sim_enc, _nodes(sim_enc, img_emb, img_glo,
+                                                          cap_emb[j:j + 1, :n])))
+                        for j, n in enumerate(lens)], dim=1)
+
+
 def similarity_vectors(sim_enc: nn.Module, img_emb: Tensor, cap_emb: Tensor,
                        lens: Sequence[int]) -> Tensor:
     """Every image/caption similarity vector: ``(B_img, R, E)``, ``(B_cap, L, E)`` and the
     caption lengths -> ``(B_img, B_cap, S)`` (the official per-caption loop)."""
-    img_glo = sim_enc.v_global_w(img_emb)  # (B_img, E); BatchNorm over the image batch
-    columns = [_head_vector(sim_enc, _nodes(sim_enc, img_emb, img_glo, cap_emb[j:j + 1, :n]))
-               for j, n in enumerate(lens)]
-    return torch.stack(columns, dim=1)
+    return _columns(sim_enc, img_emb, cap_emb, lens, lambda vec: vec)
+
+
+def corrected_scores(sim_enc: nn.Module, meta: Callable[[Tensor], Tensor], img_emb: Tensor,
+                     cap_emb: Tensor, lens: Sequence[int]) -> Tensor:
+    """``meta`` of every image/caption vector, ``(B_img, B_cap)``, one caption's column at a
+    time (never the whole ``(B_img, B_cap, S)`` block)."""
+    return _columns(sim_enc, img_emb, cap_emb, lens, meta)
 
 
 def pair_vectors(sim_enc: nn.Module, img_emb: Tensor, cap_emb: Tensor,
@@ -96,10 +110,10 @@ def _embed(net: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, li
     return encode_images(net, batch), net.encode_captions(batch["tokens"], batch["lengths"]), lens
 
 
-def corrected_batch(net: nn.Module, meta: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+def corrected_batch(net: nn.Module, meta: Callable[[Tensor], Tensor], batch: dict[str, Tensor]) -> Tensor:
     """``(B, B)`` corrected similarities (images x captions) of a collated batch."""
     img, cap, lens = _embed(net, batch)
-    return meta(similarity_vectors(net.sim_enc, img, cap, lens))
+    return corrected_scores(net.sim_enc, meta, img, cap, lens)
 
 
 def corrected_pairs(net: nn.Module, meta: nn.Module, batch: dict[str, Tensor]) -> Tensor:
@@ -112,4 +126,4 @@ def corrected_from_embeddings(net: nn.Module, meta: nn.Module, img_emb: Tensor, 
                               lengths: Tensor) -> Tensor:
     """``(B_img, B_cap)`` corrected similarities of embeddings (evaluation's blocks)."""
     lens = [int(n) for n in torch.as_tensor(lengths).tolist()]
-    return meta(similarity_vectors(net.sim_enc, img_emb, cap_emb, lens))
+    return corrected_scores(net.sim_enc, meta, img_emb, cap_emb, lens)

@@ -55,3 +55,16 @@ def test_corrected_batch_and_pairs_agree(make_model) -> None:
         full, pairs = corrected_batch(model, meta, batch), corrected_pairs(model, meta, batch)
     assert full.shape == (4, 4) and ((full > 0) & (full < 1)).all()
     torch.testing.assert_close(pairs, full.diagonal(), rtol=0, atol=1e-6)
+
+
+def test_corrected_scores_are_the_meta_network_of_the_vectors(make_model, embeddings) -> None:
+    from ncl.models.mscn_meta import corrected_scores
+
+    model = make_model("SAF").eval()
+    meta = MetaSimilarity(8, 4).eval()
+    img, cap, lengths = embeddings
+    with torch.no_grad():
+        got = corrected_scores(model.sim_enc, meta, img, cap, lengths.tolist())
+        want = meta(similarity_vectors(model.sim_enc, img, cap, lengths.tolist()))
+    assert got.shape == (6, 7)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
