@@ -41,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ncl.callbacks.protocols import EpochDiagnostics, LabelView
 from ncl.data.contracts import retrieval_data
 from ncl.data.datasets import Batch, PairDataset
-from ncl.data.meta_split import MetaSet, draw_train_pairs
+from ncl.data.meta_split import MetaPairs, MetaSet, draw_train_pairs
 from ncl.data.samplers import rng_for
 from ncl.division.co_divide import Division
 from ncl.division.detection import mean_over_networks
@@ -55,8 +55,8 @@ from ncl.losses.triplet import triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
 from ncl.methods.declaration import (BENCHMARK_WARMUP, TINY_ADAM_ARGS, TINY_DATA_ARGS, TINY_SGRAF_ARGS,
                                     MethodSpec, RegressionCase, Row)
-from ncl.methods.mscn_support import (META_DRAW_STREAM, NET_A, NET_B, MscnStepDataset, cotrain_steps, meta_pairs,
-                                      negative_draw, warmup_steps)
+from ncl.methods.mscn_support import (META_DRAW_STREAM, NET_A, NET_B, MscnStepDataset, cotrain_steps,
+                                      meta_pairs, negative_draw, warmup_steps)
 from ncl.methods.skeleton import check_ranges
 from ncl.models.mscn_meta import (MetaSimilarity, corrected_batch, corrected_from_embeddings,
                                   corrected_pairs)
@@ -217,11 +217,11 @@ class MSCN(RetrievalMethod):
         removed = self.meta_set().train_removed
         return np.ones(n, dtype=bool) if removed is None else ~removed
 
-    def epoch_meta(self, epoch: int, net: int, purpose: str) -> Any:
+    def epoch_meta(self, epoch: int, net: int, purpose: str) -> MetaPairs:
         """Network ``net``'s meta set with the negatives in effect (``purpose``)."""
         dm = retrieval_data(self.trainer, "MSCN")
         pairs = dm.train_pairs()
-        paired, written_for = dm.train_images()
+        _, written_for = dm.train_images()
         keep = self.train_keep(len(pairs))
         images = np.unique(written_for[keep])
         draw = negative_draw(epoch - self.hparams.warmup_epochs, net, purpose)
