@@ -87,3 +87,23 @@ def test_dev_plus_train_source(tmp_path: Path) -> None:
     n_dev = meta.splits[0].n_captions
     assert len(meta) == n_dev + 4 and meta.source.tolist() == [0] * n_dev + [1] * 4
     assert meta.train_removed.sum() == 4 * dm.train_pairs().split.im_div
+
+
+def test_files_source_reads_the_meta_files(tmp_path: Path) -> None:
+    import shutil
+
+    dm = MetaSplitSyntheticDataModule(preset="tiny", cache_dir=str(tmp_path / "cache"))
+    root = tmp_path / "data"
+    shutil.copytree(dm.data_dir.parent, root)
+    folder = root / "synthetic_precomp"
+    features = np.load(folder / "test_ims.npy")[:4]  # 4 meta images, one caption each
+    np.save(folder / "meta_ims.npy", features)
+    captions = (folder / "test_caps.txt").read_text().splitlines()[:20:5]
+    (folder / "meta_caps.txt").write_text("\n".join(captions) + "\n")
+    files = MetaSplitPrecompDataModule(data_root=str(root), data_name="synthetic_precomp",
+                                       meta_source="files")
+    meta = files.meta_set()
+    assert len(meta) == 4 and meta.captions.tolist() == meta.images.tolist() == [0, 1, 2, 3]
+    split = meta.splits[0]
+    assert split.im_div == 1 and np.array_equal(np.asarray(split.features[2]), features[2])
+    assert split.captions[1] == captions[1]
