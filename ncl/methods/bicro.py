@@ -52,7 +52,7 @@ from ncl.training.passes import eval_mode
 from ncl.training.plans import PlanLoader, StepDataset, co_teaching_plan, unlabelled_loss_active
 
 #: The division pass's shuffle (one shuffle for both networks, as the official single loader).
-DIVISION_STREAM = declare_stream(61, "bicro.division")
+DIVISION_STREAM = declare_stream(101, "bicro.division")
 
 Mixture = Literal["beta", "gaussian"]
 SplitProbability = Literal["official", "rectify"]
