@@ -127,7 +127,7 @@ def test_two_cpu_processes_predict_as_one(tmp_path: Path, synthetic_cache: Path,
                  prediction_batch_size=16)
     model.load_state_dict(ckpt["state_dict"])
     model._training_seed = int(ckpt["ncl_training_seed"])
-    alone = run_pass(model.refinement_pass(1), model.nets, data.train_pairs(), 2,
+    alone = run_pass(model.refinement_pass(1), model.nets, data.train_pairs(), 1,
                      torch.device("cpu"))[0]  # (N, 4)
     main(["fit", "--config", str(config), "--ckpt_path=last", *sync_check_args(tmp_path)])
     assert (tmp_path / "sync_ok_world2").read_text() == "1"

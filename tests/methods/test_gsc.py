@@ -1,8 +1,9 @@
 """GSC: the method's rules without a trainer (schedule, options, state), then through the real
 CLI on tiny synthetic data (fit with the per-epoch split logged against the ground truth,
-the tables in the checkpoint, test). Kill-and-resume equal to an uninterrupted run, two CPU
-processes (the same tables on both ranks) and bf16: tests/cli/test_resume.py,
-tests/cli/test_ddp_methods.py and tests/cli/test_bf16.py (``gsc`` in tiny_runs.METHODS)."""
+the tables in the checkpoint, test) and on two CPU processes (both ranks' scores stored).
+Kill-and-resume equal to an uninterrupted run, two processes holding the same tables, and
+bf16: tests/cli/test_resume.py, tests/cli/test_ddp_methods.py and tests/cli/test_bf16.py
+(``gsc`` in tiny_runs.METHODS)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 from tiny_runs import (
+    DDP_DATA,
+    DDP_TRAINER,
     METHODS,
     TINY_SGRAF,
     last_checkpoint,
     method_config,
     per_epoch,
     run_folder,
+    sync_check_args,
 )
 from torch import nn
 
@@ -112,3 +116,18 @@ def test_warmup_trains_unweighted_and_stores_nothing(tmp_path: Path, synthetic_c
     state = last_checkpoint(run_folder(tmp_path))["ncl_training_state"]
     assert state["targets_epoch"] == -1  # no split after a warm-up epoch
     assert bool((state["stored"]["values"] == 1).all())
+
+
+def test_two_cpu_processes_store_both_ranks_scores(tmp_path: Path, synthetic_cache: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step's scores are gathered from both ranks into the table. (The same weights and
+    tables on both ranks, the validation counted once: tests/cli/test_ddp_methods.py.)"""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # read by the spawned processes' torch
+    config = tiny_config(tmp_path, synthetic_cache, epochs=2, steps=DDP_TRAINER["limit_train_batches"],
+                         trainer=DDP_TRAINER, data=DDP_DATA)
+    main(["fit", "--config", str(config), *sync_check_args(tmp_path)])
+    assert (tmp_path / "sync_ok_world2").read_text() == "1"  # weights and tables equal on both ranks
+    state = last_checkpoint(run_folder(tmp_path))["ncl_training_state"]
+    assert state["targets_epoch"] == 2
+    # 3 steps x 2 ranks x 16 pairs stored per epoch (some twice: the ranks' shards differ per epoch)
+    assert int((state["stored"]["values"][SCORE] != 1).sum()) >= 96
