@@ -149,9 +149,9 @@ def test_kill_after_a_rematching_epoch_resumes_exactly(tmp_path: Path, synthetic
 def test_two_cpu_processes_keep_a_queue_each(tmp_path: Path, synthetic_cache: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The checkpoint keeps both ranks' queues, which differ (each holds its own noisy
-    batches), and a cost network as wide as one process's batch. (The same weights, cost
-    network and division on both ranks, the validation counted once and a resume, for every
-    tiny case: tests/cli/test_ddp_methods.py.)"""
+    batches), and a cost network as wide as one process's batch; a resume on two processes
+    continues. (The same weights, cost network and division on both ranks and the validation
+    counted once, for every tiny case: tests/cli/test_ddp_methods.py.)"""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # read by the spawned processes' torch
     # batches of 4 per process (a division after three warm-up steps is rough: batches of 16
     # would need 32 pairs called clean), a queue of two batches
@@ -164,6 +164,9 @@ def test_two_cpu_processes_keep_a_queue_each(tmp_path: Path, synthetic_cache: Pa
     queues = last_checkpoint(folder)["ncl_training_state"]["queues"]
     assert queues.shape == (2, 8) and not torch.equal(queues[0], queues[1])
     assert last_checkpoint(folder)["state_dict"]["cost_net.weight"].shape == (4, 4)
+    main(["fit", "--config", str(config), "--trainer.max_epochs=3", "--ckpt_path=last",
+          *sync_check_args(tmp_path)])  # each rank takes its own queue back
+    assert (tmp_path / "sync_ok_world2").read_text() == "2"
 
 
 @pytest.mark.parametrize(("option", "value", "message"), [
