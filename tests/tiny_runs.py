@@ -6,15 +6,16 @@ sample counted once."""
 from __future__ import annotations
 
 import csv
+import hashlib
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 import yaml
 
 from ncl.methods.declaration import tiny_cases
-from ncl.training.distributed import all_gather_cat
 
 #: A small SAF that trains on the ``tiny`` synthetic preset (6 regions x 16 dims).
 TINY_SAF = {"module_name": "SAF", "img_dim": 16, "num_regions": 6, "word_dim": 8,
@@ -138,40 +139,87 @@ DDP_TRAINER = {"devices": 2, "strategy": "ddp_spawn", "limit_train_batches": 3}
 DDP_DATA = {"n_train": 63, "n_dev": 31, "eval_batch_size": 1}
 
 
+def leaf_digest(value: Any) -> str:
+    """A fingerprint of one leaf of training state: a tensor's (or NumPy array's) dtype, shape
+    and bytes (sha256), any other value's ``repr`` (numbers, None, strings)."""
+    if isinstance(value, np.ndarray):
+        value = torch.from_numpy(value)
+    if not isinstance(value, torch.Tensor):
+        return repr(value)
+    flat = value.detach().cpu().contiguous().reshape(-1)
+    return f"{flat.dtype}{tuple(value.shape)}:{hashlib.sha256(flat.view(torch.uint8).numpy()).hexdigest()}"
+
+
+def state_digests(pl_module: L.LightningModule, weights: bool = True, buffers: bool = False,
+                  state: bool = True) -> dict[str, str]:
+    """``{name: digest}`` of a method's parameters, buffers (BatchNorm running statistics) and
+    every leaf of its ``training_state()`` (per-sample tables, divisions, counters)."""
+    out: dict[str, str] = {}
+    if weights:
+        out.update({f"weight {n}": leaf_digest(p) for n, p in pl_module.named_parameters()})
+    if buffers:
+        out.update({f"buffer {n}": leaf_digest(b) for n, b in pl_module.named_buffers()})
+    if state:
+        out.update({f"training_state.{k}": leaf_digest(v)
+                    for k, v in flat_state(pl_module.training_state()).items()})  # type: ignore[operator]
+    return out
+
+
+def diverged(every: list[dict[str, str]]) -> list[str]:
+    """The names whose digest is not the same in every rank's ``{name: digest}`` (a name
+    missing on some rank counts as different), sorted."""
+    names = sorted(set().union(*every))
+    return [n for n in names if len({d.get(n) for d in every}) > 1]
+
+
 class RankSyncCheck(L.Callback):
     """DDP tests: every rank must hold the same weights and the same method training state
-    (each tensor of ``training_state()``: divisions, soft labels, momentum targets) after
-    every training epoch, and the same buffers (BatchNorm running statistics) when a
-    validation ends, since each rank encodes and scores its share of the validation set
-    with them; rank 0 then writes the epoch into ``<marker_dir>/sync_ok_world<W>``.
+    (every leaf of ``training_state()``: divisions, soft labels, momentum targets, their
+    epochs and counters) after every training epoch; the same buffers (BatchNorm running
+    statistics) when a validation ends, since each rank encodes and scores its share of the
+    validation set with them; and the same weights, buffers and training state whenever a
+    checkpoint is written (rank 0 writes it: it must be every rank's). Rank 0 then writes the
+    epoch into ``<marker_dir>/sync_ok_world<W>`` (validation end) and
+    ``<marker_dir>/saved_ok_world<W>`` (checkpoint).
+
+    Lightning calls ``on_save_checkpoint`` on every rank (``Trainer.save_checkpoint`` runs on
+    all of them), so the gather there is safe.
 
     Args:
-        marker_dir: folder of the marker file.
+        marker_dir: folder of the marker files.
     """
 
     def __init__(self, marker_dir: str = ".") -> None:
         self.marker_dir = marker_dir
 
     @staticmethod
-    def check(trainer: L.Trainer, pl_module: L.LightningModule, tensors: dict[str, torch.Tensor]) -> None:
-        for name, local in tensors.items():
-            gathered = all_gather_cat(local.double().unsqueeze(0)).reshape(trainer.world_size, -1)
-            if not all(torch.equal(gathered[0], row) for row in gathered):
-                raise AssertionError(f"the ranks' {name} diverged at epoch {trainer.current_epoch}")
+    def check(trainer: L.Trainer, digests: dict[str, str], when: str) -> None:
+        """Raise AssertionError naming every entry whose digest differs between the ranks."""
+        every: list[Any] = [None] * trainer.world_size
+        torch.distributed.all_gather_object(every, digests)
+        if names := diverged(every):
+            raise AssertionError(f"the ranks' {', '.join(names)} diverged {when} "
+                                 f"(epoch {trainer.current_epoch})")
+
+    def mark(self, trainer: L.Trainer, name: str) -> None:
+        if trainer.is_global_zero:
+            Path(self.marker_dir, f"{name}_world{trainer.world_size}").write_text(
+                str(trainer.current_epoch))
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        weights = torch.cat([p.detach().reshape(-1) for p in pl_module.parameters()])
-        state = flat_state(pl_module.training_state())  # type: ignore[operator]
-        self.check(trainer, pl_module, {"weights": weights, **{
-            k: v for k, v in state.items() if isinstance(v, torch.Tensor)}})
+        self.check(trainer, state_digests(pl_module), "at the end of a training epoch")
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or trainer.state.fn != "fit":
             return
-        self.check(trainer, pl_module, {f"buffer {n}": b for n, b in pl_module.named_buffers()})
-        if trainer.is_global_zero:
-            Path(self.marker_dir, f"sync_ok_world{trainer.world_size}").write_text(
-                str(trainer.current_epoch))
+        self.check(trainer, state_digests(pl_module, weights=False, buffers=True, state=False),
+                   "at the end of a validation")
+        self.mark(trainer, "sync_ok")
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        self.check(trainer, state_digests(pl_module, buffers=True), "in a checkpoint")
+        self.mark(trainer, "saved_ok")
 
 
 def sync_check_args(marker_dir: Path) -> list[str]:

@@ -1,8 +1,9 @@
 """DECL through the real CLI on tiny synthetic data: fit with the per-epoch correspondence
 prediction logged against the ground truth, test; a short last batch skipped and counted;
-two CPU processes (DDP on gloo) holding the same prediction table on both ranks, equal to the
-table one process computes from the same weights. Kill-and-resume equal to an uninterrupted
-run: tests/cli/test_resume.py (``decl`` in tiny_runs.METHODS)."""
+two CPU processes (DDP on gloo) predict the table one process computes from the same weights.
+Kill-and-resume equal to an uninterrupted run, two processes holding the same state with every
+sample counted once, and bf16: tests/cli/test_resume.py, tests/cli/test_ddp_methods.py and
+tests/cli/test_bf16.py (``decl`` in tiny_runs.METHODS)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from tiny_runs import (
     DDP_TRAINER,
     METHODS,
     TINY_SGRAF,
-    assert_counted_once,
     last_checkpoint,
     method_config,
     per_epoch,
@@ -103,24 +103,21 @@ def test_a_short_last_batch_is_skipped_and_counted(tmp_path: Path, synthetic_cac
     assert last_checkpoint(folder)["ncl_training_state"]["steps"] == 9 + 8
 
 
-def test_two_cpu_processes_share_one_prediction(tmp_path: Path, synthetic_cache: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both ranks hold the same table after every epoch (RankSyncCheck), and it equals the
-    prediction one process makes from the checkpoint's weights: the pass's batches do not
-    depend on the number of processes."""
+def test_two_cpu_processes_predict_as_one(tmp_path: Path, synthetic_cache: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table two processes predict (the same on both ranks: RankSyncCheck) equals the
+    prediction one process makes from the same weights: the pass's batches do not depend on
+    the number of processes. (Both ranks' state and the validation counted once, for every
+    tiny case: tests/cli/test_ddp_methods.py.)"""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # read by the spawned processes' torch
     config = decl_config(tmp_path, synthetic_cache, epochs=2, steps=DDP_TRAINER["limit_train_batches"],
                          trainer=DDP_TRAINER, data=DDP_DATA)
-    main(["fit", "--config", str(config), *sync_check_args(tmp_path)])
-    assert (tmp_path / "sync_ok_world2").read_text() == "1"
+    main(["fit", "--config", str(config), "--trainer.max_epochs=1", *sync_check_args(tmp_path)])
     folder = run_folder(tmp_path)
     ckpt = last_checkpoint(folder)
-    state = ckpt["ncl_training_state"]
-    assert state["prediction_epoch"] == 1
-    assert_counted_once(config, folder, tmp_path)
+    assert ckpt["epoch"] == 0 and ckpt["ncl_training_state"]["prediction_epoch"] == -1  # warm-up
 
-    # one process, the weights the table was predicted with (the end of epoch 0 = the
-    # checkpoint of epoch 0 is gone; recompute epoch 2's table from epoch 1's last weights)
+    # one process, the weights the table will be predicted with (the end of epoch 0)
     data = SyntheticDataModule(preset="tiny", cache_dir=str(synthetic_cache), batch_size=16,
                                noise_type="image", noise_ratio=0.4, n_train=DDP_DATA["n_train"],
                                n_dev=DDP_DATA["n_dev"])
@@ -130,11 +127,13 @@ def test_two_cpu_processes_share_one_prediction(tmp_path: Path, synthetic_cache:
                  prediction_batch_size=16)
     model.load_state_dict(ckpt["state_dict"])
     model._training_seed = int(ckpt["ncl_training_seed"])
-    alone = run_pass(model.refinement_pass(2), model.nets, data.train_pairs(), 2,
+    alone = run_pass(model.refinement_pass(1), model.nets, data.train_pairs(), 1,
                      torch.device("cpu"))[0]  # (N, 4)
-    main(["fit", "--config", str(config), "--trainer.max_epochs=3", "--ckpt_path=last",
-          *sync_check_args(tmp_path)])
-    table = last_checkpoint(folder)["ncl_training_state"]["predictions"]["values"]
-    assert last_checkpoint(folder)["ncl_training_state"]["prediction_epoch"] == 2
+    main(["fit", "--config", str(config), "--ckpt_path=last", *sync_check_args(tmp_path)])
+    assert (tmp_path / "sync_ok_world2").read_text() == "1"
+    state = last_checkpoint(folder)["ncl_training_state"]
+    assert state["prediction_epoch"] == 1
+    table = state["predictions"]["values"]
+    assert table.shape == (4, 5 * DDP_DATA["n_train"])
     assert torch.equal(table[PRED_CLEAN], alone[:, PRED_CLEAN].double())
     assert torch.allclose(table, alone.t().double(), rtol=1e-6, atol=1e-9)

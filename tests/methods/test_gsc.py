@@ -1,8 +1,9 @@
 """GSC: the method's rules without a trainer (schedule, options, state), then through the real
 CLI on tiny synthetic data (fit with the per-epoch split logged against the ground truth,
-the tables in the checkpoint, test) and on two CPU processes (the same tables on both ranks).
-Kill-and-resume equal to an uninterrupted run and bf16: tests/cli/test_resume.py and
-tests/cli/test_bf16.py (``gsc`` in tiny_runs.METHODS)."""
+the tables in the checkpoint, test) and on two CPU processes (both ranks' scores stored).
+Kill-and-resume equal to an uninterrupted run, two processes holding the same tables, and
+bf16: tests/cli/test_resume.py, tests/cli/test_ddp_methods.py and tests/cli/test_bf16.py
+(``gsc`` in tiny_runs.METHODS)."""
 
 from __future__ import annotations
 
@@ -117,8 +118,10 @@ def test_warmup_trains_unweighted_and_stores_nothing(tmp_path: Path, synthetic_c
     assert bool((state["stored"]["values"] == 1).all())
 
 
-def test_two_cpu_processes_hold_the_same_tables(tmp_path: Path, synthetic_cache: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_cpu_processes_store_both_ranks_scores(tmp_path: Path, synthetic_cache: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step's scores are gathered from both ranks into the table. (The same weights and
+    tables on both ranks, the validation counted once: tests/cli/test_ddp_methods.py.)"""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # read by the spawned processes' torch
     config = tiny_config(tmp_path, synthetic_cache, epochs=2, steps=DDP_TRAINER["limit_train_batches"],
                          trainer=DDP_TRAINER, data=DDP_DATA)

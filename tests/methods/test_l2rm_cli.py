@@ -3,7 +3,8 @@ division logged against the ground truth, rematching with the learned cost and t
 plan, a test of the best checkpoint; a kill after a rematching epoch resumed exactly (the
 queue and the cost network restored; the kill inside the first rematching epoch is in
 tests/cli/test_resume.py through ``tiny_runs.METHODS``); two CPU processes (DDP on gloo) with
-the same weights, cost network and division on both ranks and a queue per rank."""
+a queue per rank (the same weights, cost network and division on both ranks:
+tests/cli/test_ddp_methods.py, ``l2rm`` in ``tiny_runs.METHODS``)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from tiny_runs import (
     DDP_TRAINER,
     METHODS,
     TINY_SGRAF,
-    assert_counted_once,
     assert_same_checkpoints,
     last_checkpoint,
     method_config,
@@ -146,12 +146,12 @@ def test_kill_after_a_rematching_epoch_resumes_exactly(tmp_path: Path, synthetic
     assert_same_checkpoints(last_checkpoint(straight), last_checkpoint(folder))
 
 
-def test_two_cpu_processes_share_weights_cost_and_division(tmp_path: Path, synthetic_cache: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """RankSyncCheck: the same weights (the cost network's included: averaged gradients) and
-    division on both ranks after every epoch; the checkpoint keeps both ranks' queues, which
-    differ (each holds its own noisy batches); the validation counts every sample once; a
-    resume with two processes continues."""
+def test_two_cpu_processes_keep_a_queue_each(tmp_path: Path, synthetic_cache: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkpoint keeps both ranks' queues, which differ (each holds its own noisy
+    batches), and a cost network as wide as one process's batch; a resume on two processes
+    continues. (The same weights, cost network and division on both ranks and the validation
+    counted once, for every tiny case: tests/cli/test_ddp_methods.py.)"""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # read by the spawned processes' torch
     # batches of 4 per process (a division after three warm-up steps is rough: batches of 16
     # would need 32 pairs called clean), a queue of two batches
@@ -164,9 +164,8 @@ def test_two_cpu_processes_share_weights_cost_and_division(tmp_path: Path, synth
     queues = last_checkpoint(folder)["ncl_training_state"]["queues"]
     assert queues.shape == (2, 8) and not torch.equal(queues[0], queues[1])
     assert last_checkpoint(folder)["state_dict"]["cost_net.weight"].shape == (4, 4)
-    assert_counted_once(config, folder, tmp_path)
     main(["fit", "--config", str(config), "--trainer.max_epochs=3", "--ckpt_path=last",
-          *sync_check_args(tmp_path)])
+          *sync_check_args(tmp_path)])  # each rank takes its own queue back
     assert (tmp_path / "sync_ok_world2").read_text() == "2"
 
 

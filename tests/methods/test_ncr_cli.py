@@ -1,5 +1,6 @@
 """NCR / LNC through the real CLI on tiny synthetic data: fit, checkpoint, exact resume,
-test, and two CPU processes (DDP on gloo) that count every sample once."""
+test. Two CPU processes (DDP on gloo): tests/cli/test_ddp_methods.py (``ncr`` and ``lnc`` in
+``tiny_runs.METHODS``)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,10 @@ import csv
 import json
 from pathlib import Path
 
-import pytest
 import torch
 import yaml
 
 from ncl.cli import main
-from tiny_runs import DDP_DATA, assert_counted_once, sync_check_args
 
 BACKBONE = {"img_dim": 16, "num_regions": 6, "word_dim": 8, "embed_size": 16, "sim_dim": 8,
             "dropout": 0.0, "similarity_strategy": "chunked"}
@@ -98,31 +97,3 @@ def test_lnc_switches_fit(tmp_path: Path, synthetic_cache: Path) -> None:
     # the Figures callback (added to every fit) draws the abandon draw and the co-divide
     assert sorted(p.name for p in tmp_path.rglob("loss_gmm_epoch*.png")) == [
         "loss_gmm_epoch001.png", "loss_gmm_epoch002.png"]
-
-
-def test_two_cpu_processes_fit_resume_test(tmp_path: Path, synthetic_cache: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """DDP (ddp_spawn, gloo): ranks stay in sync, checkpoint, resume and test; validation
-    counts every sample once although the sizes are odd (padded shards)."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # read by the spawned processes' torch
-    trainer = {"devices": 2, "strategy": "ddp_spawn"}
-    config = write_config(tmp_path, synthetic_cache, {"momentum_regularization": True}, trainer,
-                          DDP_DATA)
-    sync, marker = sync_check_args(tmp_path), tmp_path / "sync_ok_world2"
-    main(["fit", "--config", str(config), "--trainer.max_epochs=2", *sync])
-    assert marker.read_text() == "1"  # weights, division, targets and BatchNorm statistics
-    ckpt = torch.load(last_ckpt(tmp_path, 0), weights_only=False)
-    # last.ckpt of the last epoch (1): its own division (none is made for an epoch 2)
-    assert ckpt["ncl_training_state"]["division"]["epoch"] == 1
-    main(["fit", "--config", str(config), "--ckpt_path=last", *sync])  # continues version_0
-    assert marker.read_text() == "2"
-    resumed = torch.load(last_ckpt(tmp_path, 0), weights_only=False)
-    assert resumed["epoch"] == 2
-    validated = [r["epoch"] for r in metrics(tmp_path, 0) if r.get("val/rsum")]
-    assert validated == ["0", "1", "2"]  # every epoch trained and validated, none skipped
-    pairs = 5 * DDP_DATA["n_train"]  # the division pass gathers each pair once, by index
-    assert resumed["ncl_training_state"]["division"]["prob"].shape == (2, pairs)
-    assert_counted_once(config, last_ckpt(tmp_path, 0).parents[1], tmp_path)
-    main(["test", "--config", str(config), "--trainer.devices=1", "--trainer.strategy=auto",
-          "--ckpt_path=best"])
-    assert list(tmp_path.rglob("test_results.json"))
