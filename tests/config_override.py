@@ -31,6 +31,11 @@ def tiny_override(tmp_path: Path, cache: Path, config: Path) -> Path:
     backbone_args = TINY_BACKBONE
     backbone_path = original["model"].get("init_args", {}).get("backbone", {}).get("class_path", "")
     data_class = "ncl.data.datamodule.SyntheticDataModule"
+    # a DataModule with more than the splits (MSCN's meta split) names its synthetic twin
+    twin = tiny_counterpart(original["data"].get("class_path", ""))
+    if twin is not None:
+        data_class, extra = twin
+        data_args.update(extra)
     if backbone_path:  # only the sizes the backbone takes (VSE-infinity: no regions, no head)
         backbone_args = {k: v for k, v in TINY_BACKBONE.items() if k in init_parameters(backbone_path)}
     if backbone_path.endswith("GatedVideoText"):  # video: tiny synthetic clips of 2 experts
@@ -47,6 +52,19 @@ def tiny_override(tmp_path: Path, cache: Path, config: Path) -> Path:
     path = tmp_path / "tiny_override.yaml"
     path.write_text(yaml.safe_dump(override))
     return path
+
+
+def tiny_counterpart(class_path: str) -> tuple[str, dict] | None:
+    """The synthetic DataModule (class path, extra ``init_args``) a config's DataModule class
+    declares for tiny test data (``TINY_COUNTERPART``), or ``None``: plain synthetic data."""
+    module, _, name = class_path.rpartition(".")
+    if not module:
+        return None
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+    return getattr(cls, "TINY_COUNTERPART", None)
 
 
 def init_parameters(class_path: str) -> set[str]:

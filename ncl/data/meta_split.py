@@ -150,6 +150,10 @@ class MetaSplit:
     meta_train_size: int
     meta_seed: int
     _meta: MetaSet | None = None
+    #: The tests' tiny stand-in for a config with a meta split (tests/config_override.py):
+    #: the synthetic twin with a meta set of a few dev pairs.
+    TINY_COUNTERPART = ("ncl.data.meta_split.MetaSplitSyntheticDataModule",
+                        {"meta_source": "dev", "meta_size": 6})
 
     def _init_meta(self, meta_source: str, meta_size: int | None, meta_train_size: int,
                    meta_seed: int) -> None:

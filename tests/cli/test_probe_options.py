@@ -25,6 +25,7 @@ import torch
 from cli_helpers import tiny
 
 import ncl.reproduce.cli as reproduce
+from ncl.reproduce.cells import METHODS as METHOD_ROWS  # the declared rows: no list here
 from ncl import cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -396,7 +397,7 @@ CASES = [
     ('reproduce seeds abc', grid("--out", "{tmp}/g", "--seeds", "abc", "--dry-run"),
      2, E + "python -m ncl.reproduce: argument --seeds: invalid int value: 'abc' (see 'python -m ncl.reproduce"),
     ('reproduce method typo', grid("--out", "{tmp}/g", "--methods", "rcll", "--dry-run"),
-     2, E + "python -m ncl.reproduce: --methods: unknown ['rcll']; known: ['clean', 'clean_sum', 'crcl',"),
+     2, E + f"python -m ncl.reproduce: --methods: unknown ['rcll']; known: {sorted(METHOD_ROWS)}"),
     ('reproduce threads 0', grid("--out", "{tmp}/g", "--threads", "0", "--dry-run"),
      2, E + 'python -m ncl.reproduce: --threads 0: must be at least 1'),
     ('reproduce slurm no out', grid("slurm"),
