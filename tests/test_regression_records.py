@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -52,7 +53,7 @@ def test_every_committed_record_is_a_declared_case_in_the_record_format() -> Non
     assert not (REG.RECORDS / "layout_rsum.json").exists()
     for path in records:
         values = json.loads(path.read_text())
-        assert len(values["weights"]) == 64 and int(values["weights"], 16) >= 0, path
+        assert re.fullmatch(r"[0-9a-f]{64}", values["weights"]), path  # a SHA-256 hex digest
         assert values[REG.MACHINE], path  # where it was made: digits hold for one CPU kind
         epochs = sorted(k for k in values if k not in ("weights", REG.MACHINE))
         assert epochs == ["0", "1", "2", "3"] and all(float(values[e]) >= 0 for e in epochs), path
