@@ -1,150 +1,167 @@
-"""Compute the noise registry's digests from the published files and print (or write) its table.
+"""Compute the noise registry's digests from the published files and check what it declares.
 
-``ncl.data.noise_registry`` stores, for every published noise file, the SHA-256 of the file
-and the digest of the pairing it gives. Those are data, computed here from the real files
-(the layout of ``../shared/data/noise_index``: ``rcl/{f30k,coco}_precomp/noise_inx_<r>.npy``,
-``l2rm/f30k_precomp/f30k_precomp_<r>.npy``)::
+The registry (``ncl.data.noise_registry``) is one JSON file per origin in
+``ncl/data/noise_sources/``. Each names its published files and where they lie under a
+``noise_index`` folder (``folder``, e.g. ``rcl/{dataset}``: the layout of
+``../shared/data/noise_index``), and stores every file's SHA-256 and pairing digest. Those
+digests are data computed here::
 
-    python scripts/noise_registry_digests.py                  # print the table rows
-    python scripts/noise_registry_digests.py --write          # and replace them in the module
+    python scripts/noise_registry_digests.py                  # print every entry's digests
+    python scripts/noise_registry_digests.py --write          # and store them in the JSON files
     python scripts/noise_registry_digests.py --noise_index DIR
 
-Every file is checked against its expected length, and files of one dataset and ratio from
-different origins are reported when their pairings differ (they should not for RCL/L2RM).
+Where the digests come from, per entry:
 
-Files whose contents are not available (L2RM's COCO ``coco_precomp_<r>.npy``) are *presumed*
-entries: their rows are computed from the file they are presumed to equal, converted to their
-format (:data:`PRESUMED`), and carry that file's registry name in their last column.
+* a file read from ``<noise_index>/<folder>/<file_name>`` (its length checked against the
+  split);
+* ``presumed_from: <entry name>``: that entry's file converted to this entry's format (L2RM's
+  COCO files, presumed to be RCL's repeated per caption);
+* ``presumed_from: "generator"``: the ``generated_by`` draw saved as int64 with ``np.save``
+  (PC²'s seed-0 file, whose contents are not here).
+
+And what is checked (reported, and the exit status is 1): an entry's ``generated_by`` draw gives
+its pairing; an entry's ``same_pairing_as`` entry has its pairing.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
+import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing it
 
-from ncl.data.noise_registry import TRAIN_COUNTS, convert, identify
+from ncl.data.noise import caption_level_noise, image_level_noise
+from ncl.data.noise_registry import (
+    FROM_GENERATOR,
+    SOURCES_DIR,
+    TRAIN_COUNTS,
+    Origin,
+    RegistryEntry,
+    convert,
+    identify,
+    load_origins,
+    seeded_pairing_digest,
+)
+from ncl.io import atomic_save_npy
 
-MODULE = REPO / "ncl" / "data" / "noise_registry.py"
 DEFAULT_INDEX = REPO.parent / "shared" / "data" / "noise_index"
-BLOCK = re.compile(r"(    # BEGIN GENERATED[^\n]*\n).*?(    # END GENERATED\n)", re.DOTALL)
-
-#: ``(origin, dataset, file-name pattern, ratios)``: the published files and their names.
-PUBLISHED: tuple[tuple[str, str, str, tuple[float, ...]], ...] = (
-    ("rcl", "f30k_precomp", "noise_inx_{r}.npy", (0.2, 0.4, 0.5, 0.6, 0.8)),
-    ("rcl", "coco_precomp", "noise_inx_{r}.npy", (0.2, 0.4, 0.5, 0.6, 0.8)),
-    ("l2rm", "f30k_precomp", "f30k_precomp_{r}.npy", (0.2, 0.4, 0.6, 0.8)),
-)
-
-#: ``(origin, dataset, file-name pattern, ratios, format, presumed origin)``: published files
-#: whose contents were not available, presumed to be the presumed origin's file of the same
-#: dataset and ratio in ``format``. L2RM's tarin_coco.sh reads noise_index/coco_precomp_<r>.npy;
-#: its README says it uses RCL's (and DECL's) noise settings at 0.2-0.8, and its F30K files are
-#: RCL's repeated per caption (ncl.data.noise_registry.L2RM_COCO_SOURCE).
-PRESUMED: tuple[tuple[str, str, str, tuple[float, ...], str, str], ...] = (
-    ("l2rm", "coco_precomp", "coco_precomp_{r}.npy", (0.2, 0.4, 0.6, 0.8), "caption", "rcl"),
-)
 
 
-Row = tuple[str, str, float, str, int, str, str, str, "str | None"]
+def _published_path(noise_index: Path, origin: Origin, item: RegistryEntry) -> Path:
+    """Where ``item``'s published file lies under ``noise_index``."""
+    if origin.folder is None:
+        raise FileNotFoundError(f"{item.name}: origin {origin.name} has no folder (none of its "
+                                "files is available) and the entry is not presumed")
+    path = noise_index / origin.folder.format(dataset=item.dataset) / item.file_name
+    if not path.is_file():
+        raise FileNotFoundError(f"published noise file missing: {path}")
+    return path
 
 
-def _name(origin: str, dataset: str, ratio: float) -> str:
-    """The registry name ``<origin>/<dataset short name>/<ratio>``."""
-    return f"{origin}/{dataset.removesuffix('_precomp')}/{ratio:g}"
+def _draw(item: RegistryEntry, out: Path) -> Path:
+    """``item``'s ``generated_by`` draw written as int64 with ``np.save`` to ``out``."""
+    assert item.generated_by is not None
+    algorithm, seed = item.generated_by
+    n_images, n_captions = TRAIN_COUNTS[item.dataset]
+    if algorithm == "caption":
+        arr = caption_level_noise(n_captions, n_captions // n_images, item.ratio, seed)
+    else:
+        arr = image_level_noise(n_images, item.ratio, seed)
+    return atomic_save_npy(out, np.ascontiguousarray(arr, dtype=np.int64))
 
 
-def collect(noise_index: Path) -> list[Row]:
-    """The registry row of every published file, in :data:`PUBLISHED` order, then the
-    presumed ones (:data:`PRESUMED`): name, dataset, ratio, format, entries, file name, file
-    SHA-256, pairing digest, and the name of the entry a presumed row is computed from
-    (``None`` for a file read itself).
+def computed(noise_index: Path, origins: tuple[Origin, ...]) -> list[RegistryEntry]:
+    """Every entry with its digests recomputed (everything else as declared), in registry order.
 
     Raises:
-        FileNotFoundError: a published file is missing under ``noise_index``.
+        FileNotFoundError: a file the registry reads is missing under ``noise_index``.
     """
-    rows = []
-    for origin, dataset, pattern, ratios in PUBLISHED:
-        n_images, n_captions = TRAIN_COUNTS[dataset]
-        for ratio in ratios:
-            file_name = pattern.format(r=f"{ratio:g}")
-            path = noise_index / origin / dataset / file_name
-            if not path.is_file():
-                raise FileNotFoundError(f"published noise file missing: {path}")
-            found = identify(path, n_images, n_captions)
-            rows.append((_name(origin, dataset, ratio), dataset, ratio, found.format,
-                         found.length, file_name, found.file_sha256, found.pairing_sha256, None))
-    rows.extend(_presumed_rows(noise_index))
-    return rows
-
-
-def _presumed_rows(noise_index: Path) -> list[Row]:
-    """The rows of :data:`PRESUMED`: each presumed file written by ``convert`` from the file it
-    is presumed to be (in a temporary folder) and identified there."""
-    published = {(origin, dataset): pattern for origin, dataset, pattern, _ in PUBLISHED}
-    rows = []
+    by_name = {item.name: (origin, item) for origin in origins for item in origin.entries}
+    result = []
     with tempfile.TemporaryDirectory() as folder:
-        for origin, dataset, pattern, ratios, fmt, source_origin in PRESUMED:
-            n_images, n_captions = TRAIN_COUNTS[dataset]
-            for ratio in ratios:
-                source = (noise_index / source_origin / dataset
-                          / published[(source_origin, dataset)].format(r=f"{ratio:g}"))
-                if not source.is_file():
-                    raise FileNotFoundError(f"published noise file missing: {source}")
-                file_name = pattern.format(r=f"{ratio:g}")
-                out = convert(source, Path(folder) / file_name, fmt, n_images, n_captions)
-                found = identify(out, n_images, n_captions)
-                rows.append((_name(origin, dataset, ratio), dataset, ratio, found.format,
-                             found.length, file_name, found.file_sha256, found.pairing_sha256,
-                             _name(source_origin, dataset, ratio)))
-    return rows
+        for origin in origins:
+            for item in origin.entries:
+                n_images, n_captions = TRAIN_COUNTS[item.dataset]
+                out = Path(folder) / f"{len(result)}_{item.file_name}"
+                if item.presumed_from == FROM_GENERATOR:
+                    path = _draw(item, out)
+                elif item.presumed_from is not None:
+                    source_origin, source = by_name[item.presumed_from]
+                    path = convert(_published_path(noise_index, source_origin, source), out,
+                                   item.format, n_images, n_captions)
+                else:
+                    path = _published_path(noise_index, origin, item)
+                found = identify(path, n_images, n_captions)
+                if found.format != item.format or found.length != item.entries:
+                    raise ValueError(f"{item.name}: {path} is {found.format} level with "
+                                     f"{found.length} entries, the registry says {item.format} "
+                                     f"with {item.entries}")
+                result.append(replace(item, file_sha256=found.file_sha256,
+                                      pairing_sha256=found.pairing_sha256))
+    return result
 
 
-def format_row(row: Row) -> str:
-    """One row as the Python tuple literal the module's table holds."""
-    name, dataset, ratio, fmt, length, file_name, file_sha, pair_sha, presumed_from = row
-    source = "None" if presumed_from is None else f'"{presumed_from}"'
-    return (f'    ("{name}", "{dataset}", {ratio!r}, "{fmt}", {length}, "{file_name}",\n'
-            f'     "{file_sha}",\n'
-            f'     "{pair_sha}", {source}),\n')
+def declared_problems(entries: list[RegistryEntry]) -> list[str]:
+    """What the entries declare and their digests contradict: a ``generated_by`` draw with
+    another pairing, or a ``same_pairing_as`` entry with another pairing."""
+    by_name = {item.name: item for item in entries}
+    problems = []
+    for item in entries:
+        if item.generated_by is not None:
+            n_images, n_captions = TRAIN_COUNTS[item.dataset]
+            algorithm, seed = item.generated_by
+            if seeded_pairing_digest(algorithm, n_images, n_captions, item.ratio,
+                                     seed) != item.pairing_sha256:
+                problems.append(f"{item.name}: not the {algorithm}-level draw with seed {seed}")
+        twin = item.same_pairing_as
+        if twin is not None and (twin not in by_name
+                                 or by_name[twin].pairing_sha256 != item.pairing_sha256):
+            problems.append(f"{item.name}: not the pairing of {twin}")
+    return problems
 
 
-def pairing_conflicts(rows: list[Row]) -> list[str]:
-    """Dataset/ratio pairs whose files from different origins give different pairings (RCL's
-    and L2RM's should not: L2RM's files are RCL's repeated per caption)."""
-    by_key: dict[tuple[str, float], set[str]] = {}
-    for row in rows:
-        by_key.setdefault((row[1], row[2]), set()).add(row[7])
-    return [f"{dataset} {ratio:g}" for (dataset, ratio), digests in by_key.items()
-            if len(digests) > 1]
+def write(origins: tuple[Origin, ...], entries: list[RegistryEntry], folder: Path) -> None:
+    """Store the digests of ``entries`` in their origin files under ``folder`` (the rest of
+    each file is kept as it is)."""
+    digests = {item.name: (item.file_sha256, item.pairing_sha256) for item in entries}
+    for origin in origins:
+        path = folder / f"{origin.name}.json"
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for record in data["files"]:
+            record["file_sha256"], record["pairing_sha256"] = digests[record["name"]]
+        text = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the table; with ``--write`` replace the generated block of the module."""
+    """Print every entry's digests; with ``--write`` store them; exit 1 on a declared problem."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--noise_index", type=Path, default=DEFAULT_INDEX,
-                        help="folder with rcl/ and l2rm/ (default: ../shared/data/noise_index)")
-    parser.add_argument("--write", action="store_true", help=f"rewrite the table in {MODULE}")
+                        help="folder with the origins' files, e.g. rcl/ and l2rm/ "
+                             "(default: ../shared/data/noise_index)")
+    parser.add_argument("--write", action="store_true",
+                        help=f"store the digests in the JSON files of {SOURCES_DIR}")
     args = parser.parse_args(argv)
-    rows = collect(args.noise_index)
-    text = "".join(format_row(row) for row in rows)
-    print(text, end="")
-    for conflict in pairing_conflicts(rows):
-        print(f"warning: files for {conflict} give different pairings", file=sys.stderr)
-    if args.write:
-        source = MODULE.read_text(encoding="utf-8")
-        if not BLOCK.search(source):
-            print(f"error: no generated block in {MODULE}", file=sys.stderr)
-            return 1
-        MODULE.write_text(BLOCK.sub(lambda m: m.group(1) + text + m.group(2), source),
-                          encoding="utf-8")
-        print(f"wrote {len(rows)} entries into {MODULE}", file=sys.stderr)
-    return 0
+    origins = load_origins(SOURCES_DIR)
+    entries = computed(args.noise_index, origins)
+    for item in entries:
+        print(f"{item.name:24s} {item.file_sha256} {item.pairing_sha256}")
+    problems = declared_problems(entries)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if args.write and not problems:
+        write(origins, entries, SOURCES_DIR)
+        print(f"wrote the digests of {len(entries)} entries into {SOURCES_DIR}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -223,11 +223,15 @@ def _paper_short_names(papers: Sequence[str]) -> str:
 
 
 def registry_table() -> str:
-    """The registry as an aligned text table, one row per published file; the last column says
-    whether the digests were computed from the file (``file``) or are presumed (``presumed``)."""
-    header = ("name", "dataset", "format", "entries", "ratio", "pairing", "papers", "digests")
+    """The registry as an aligned text table, one row per published file; the ``digests``
+    column says whether the digests were computed from the file (``file``) or are presumed
+    (``presumed``), and ``drawn by`` the seeded draw of NCR's or RCL's generator that gives the
+    file, if known."""
+    header = ("name", "dataset", "format", "entries", "ratio", "pairing", "papers", "digests",
+              "drawn by")
     rows = [(e.name, e.dataset, e.format, str(e.entries), f"{e.ratio:g}", e.pairing_sha256[:12],
-             _paper_short_names(e.papers), "presumed" if e.presumed else "file")
+             _paper_short_names(e.papers), "presumed" if e.presumed else "file",
+             registry.describe_draw(e.generated_by) if e.generated_by else "-")
             for e in registry.REGISTRY]
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
@@ -265,6 +269,8 @@ def _describe(summary: dict[str, object]) -> str:
         lines.append(f"same bytes as:   {', '.join(same_file)}")
     if summary["papers"]:
         lines.append(f"used by:         {'; '.join(summary['papers'])}")
+    if summary["draws"]:  # the file can be redrawn: noise_seed with the named algorithm
+        lines.append(f"drawn by:        {'; '.join(summary['draws'])}")
     return "\n".join(lines)
 
 

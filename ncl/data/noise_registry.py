@@ -18,6 +18,13 @@ gives ``cap2img = pi[arange(N_cap) // im_div]`` (``np.repeat(pi, im_div)``). The
 depends on the caption count and captions per image, so a file's pairing is only defined
 against a training split (``n_images``, ``n_captions``).
 
+The registry is data: one JSON file per origin in ``ncl/data/noise_sources/`` (who published
+the files, where ``scripts/noise_registry_digests.py`` finds them, and every file's digests as
+that script computed them). A file that is a seeded draw of NCR's or RCL's generator says so
+(``generated_by``: BiCro's F30K files are NCR's caption shuffling with seed 96 or 34), and a
+file whose contents were not available here is *presumed* (``presumed_from``). Registering an
+origin is adding its file there and running the script with ``--write``.
+
 Everything here is a plain function of paths and counts so that a command line
 (``ncl data noise identify|convert``) can call it; nothing prints.
 """
@@ -25,6 +32,7 @@ Everything here is a plain function of paths and counts so that a command line
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -42,36 +50,17 @@ from ncl.errors import DataError
 from ncl.io import atomic_save_npy, sha256_file
 
 
-#: How the papers are cited in the registry (a short name, the venue, and the title).
-RCL_PAPER = "RCL: Hu et al., Cross-Modal Retrieval with Partially Mismatched Pairs, TPAMI 2023"
-L2RM_PAPER = ("L2RM: Han et al., Learning to Rematch Mismatched Pairs for Robust Cross-Modal "
-              "Retrieval, CVPR 2024")
-RCL_SOURCE = ("RCL's repository github.com/penghu-cs/RCL (commit 1096a24), "
-              "data/{dataset}/noise_inx_{ratio}.npy; RCL never seeds numpy, the file is the "
-              "reference (spec 2.2)")
-L2RM_SOURCE = ("L2RM's released F30K noise indices; equal to np.repeat(RCL noise_inx_{ratio}.npy, "
-               "5), the same pairing as rcl/f30k/{ratio} in the other format. L2RM's README says "
-               "it uses DECL's and RCL's noise settings")
-#: Why the L2RM COCO entries are presumed rather than computed (their digests are RCL's).
-L2RM_COCO_SOURCE = (
-    "PRESUMED, not checked: L2RM's tarin_coco.sh (commit 537793c) reads "
-    "noise_index/coco_precomp_{ratio}.npy, whose contents were not available here. Its README "
-    "says it uses DECL's and RCL's noise index settings, and its F30K files are RCL's repeated "
-    "per caption (checked, l2rm/f30k/*), so this entry is presumed to be RCL's noise_inx_{ratio}"
-    ".npy repeated per caption: the pairing digest is rcl/coco/{ratio}'s, and the file SHA-256 is "
-    "that of convert(RCL's file, to_format='caption'), which is how L2RM's F30K files relate to "
-    "RCL's byte for byte. A real coco_precomp_{ratio}.npy with another pairing identifies as new")
-
 #: What the ``presumed`` rows of ``ncl data noise list`` are (said once for all of them).
 PRESUMED_NOTE = (
-    "'presumed' rows: the file's contents were not available here, so its digests are those of "
-    "the registered file it is presumed to equal, converted to its format (presumed_from: "
-    "l2rm/coco/<r> from rcl/coco/<r>, because L2RM's README says it uses RCL's noise settings "
-    "and its F30K files are RCL's repeated per caption); pairing names mark such an entry "
+    "'presumed' rows: the file's contents were not available here, so its digests are computed "
+    "from what it is presumed to be (presumed_from): another registered file converted to its "
+    "format (l2rm/coco/<r> from rcl/coco/<r>: L2RM's README says it uses RCL's noise settings "
+    "and its F30K files are RCL's repeated per caption), or the seeded draw it was found to be "
+    "(pc2/f30k/0.2.np: NCR's caption shuffling, seed 0); pairing names mark such an entry "
     "'(presumed)', and a real file with another pairing identifies as new.")
 
-#: Seed-generated pairings are not registered (issue 27 asks for NCR's): NCR draws a new
-#: pattern per run from ``--seed`` (default ``random.randint(0, 100)``, recorded in its
+#: Pairings drawn per run are not registered (issue 27 asks for NCR's; a *published* file
+#: that is a seeded draw is, with its ``generated_by``): NCR draws a new pattern per run from ``--seed`` (default ``random.randint(0, 100)``, recorded in its
 #: config.json) and its published 20%/50% files inside NCR-data.tar are not available here,
 #: so their seeds, and hence their digests, are unknown. :func:`seeded_pairing_digest`
 #: recomputes the digest of any seed-generated pairing (spec 2.1/2.2 algorithms, bit-exact).
@@ -83,12 +72,26 @@ SEEDED_NOTE = (
     "Google-Drive noise_inx files are not registered: their contents were not available.")
 
 
+#: Where the registry's data lives: one JSON file per origin (the paper or release that
+#: published the files). Adding an origin is adding a file here; nothing else lists them.
+SOURCES_DIR = Path(__file__).with_name("noise_sources")
+
+#: The generator algorithms a ``generated_by`` may name (the ``fmt`` of
+#: :func:`seeded_pairing_digest`): NCR's caption shuffling and RCL/DECL's image permutation.
+GENERATORS: tuple[NoiseFormat, ...] = ("caption", "image")
+
+#: ``presumed_from`` of a file whose digests were computed by regenerating it from its
+#: ``generated_by`` (its contents are not here) rather than from another registered file.
+FROM_GENERATOR = "generator"
+
+
 @dataclass(frozen=True)
 class RegistryEntry:
     """One published noise file.
 
     Attributes:
-        name: ``<origin>/<dataset short name>/<ratio>``, e.g. ``rcl/f30k/0.2``.
+        name: ``<origin>/<dataset short name>/<ratio>``, e.g. ``rcl/f30k/0.2`` (a suffix tells
+            two files of one origin, dataset and ratio apart: ``pc2/f30k/0.2.np``).
         dataset: the data name of its training split (``f30k_precomp``).
         ratio: the nominal noise ratio in its name.
         format: ``"caption"`` (format A, one entry per caption) or ``"image"`` (format B).
@@ -99,9 +102,17 @@ class RegistryEntry:
         papers: the papers that released or used this very file.
         source: where it comes from and how it relates to other entries.
         presumed_from: ``None`` when the digests were computed from the published file itself;
-            otherwise the name of the registered entry this file is *presumed* to equal (its
-            contents were not available): the digests are that entry's, converted to this
-            entry's format, and nothing has checked them against the real file.
+            otherwise what they were computed from, because the file's contents were not
+            available: the name of the registered entry it is presumed to equal (that entry's
+            file converted to this entry's format), or :data:`FROM_GENERATOR` (the draw of
+            :attr:`generated_by`, saved as int64 with ``np.save``). Nothing has checked them
+            against the real file.
+        generated_by: ``(algorithm, seed)`` when the file is a seeded draw of ncl's
+            reimplementation of a published generator (``"caption"``: NCR's caption shuffling,
+            ``"image"``: RCL/DECL's image permutation; :func:`seeded_pairing_digest`), so a run
+            can redraw it with ``noise_seed``; ``None`` when no seed is known to give it.
+        same_pairing_as: the registered entry this file is known to give the same pairing as
+            (in another format), checked by ``scripts/noise_registry_digests.py``.
     """
 
     name: str
@@ -115,10 +126,12 @@ class RegistryEntry:
     papers: tuple[str, ...]
     source: str
     presumed_from: str | None = None
+    generated_by: tuple[NoiseFormat, int] | None = None
+    same_pairing_as: str | None = None
 
     @property
     def presumed(self) -> bool:
-        """The digests are presumed (copied from :attr:`presumed_from`), not computed."""
+        """The digests are presumed (computed from something other than the file), not read."""
         return self.presumed_from is not None
 
     @property
@@ -126,95 +139,117 @@ class RegistryEntry:
         """The name as pairing names show it: ``(presumed)`` after a presumed entry's name."""
         return f"{self.name} (presumed)" if self.presumed else self.name
 
-
-# The digests below are data computed from the real files by
-# ``python scripts/noise_registry_digests.py`` (which prints this table); never edit by hand.
-# Columns: name, dataset, ratio, format, entries, file name, file SHA-256, pairing digest, and
-# the entry a presumed file's digests come from (None: computed from the published file).
-_TABLE: tuple[tuple[str, str, float, NoiseFormat, int, str, str, str, str | None], ...] = (
-    # BEGIN GENERATED by scripts/noise_registry_digests.py --write
-    ("rcl/f30k/0.2", "f30k_precomp", 0.2, "image", 29000, "noise_inx_0.2.npy",
-     "c15283bc28e31f81ab9e47f411ff036cb7c177749e8fd5ed7628d4cf6a33af1e",
-     "22619804ac02a41bf4ca3f83ee15cf064ea76c076a5994413d69d9acd4c29064", None),
-    ("rcl/f30k/0.4", "f30k_precomp", 0.4, "image", 29000, "noise_inx_0.4.npy",
-     "fcc76de55d2c2559f89f01d8c43c8b0ac53651a8d44f45578a372853d79c06ef",
-     "90c4d0838e885fa94a97ba026e807f01db7d583e261bd6a98ed2d877ab8174f7", None),
-    ("rcl/f30k/0.5", "f30k_precomp", 0.5, "image", 29000, "noise_inx_0.5.npy",
-     "e7d425e0129c403bef2493652b2316a33b3889625896dc1bb9a6321620c9d0e3",
-     "48711f0121d5b954c751c5c2b0bdac55111970b421751050a0884c3aab4a586c", None),
-    ("rcl/f30k/0.6", "f30k_precomp", 0.6, "image", 29000, "noise_inx_0.6.npy",
-     "bde4026b38d17289910b5ccd0f68b69d803161dadacc36653c561b6ea33c679c",
-     "cc107b2f0b3c960a2a2fdeb042e2704c6944b2cb72ea3b41d09f6ea14f0faa89", None),
-    ("rcl/f30k/0.8", "f30k_precomp", 0.8, "image", 29000, "noise_inx_0.8.npy",
-     "64b39dd587545e0edc18b5db967d65464f3d345311966175f8f49c3432dc0ae8",
-     "3b7f7b11f1908dc57857e3f638696c6e399d39e918ffcac6045c6fd215ca8887", None),
-    ("rcl/coco/0.2", "coco_precomp", 0.2, "image", 113287, "noise_inx_0.2.npy",
-     "890451fe01c96c658a7ae5bd22284c3186ccc20bad83c9036b2a4734f02a460e",
-     "af680d08d31225454e33e8f00f728025492595d00c042a083be1614724aa7d01", None),
-    ("rcl/coco/0.4", "coco_precomp", 0.4, "image", 113287, "noise_inx_0.4.npy",
-     "0be1fc344fb89b6906dd355bed060a1cb59ef497f21ab248d68807b1a4ca3e3e",
-     "46d194c3696a5eca18744b1b6c5a1c09e5e50a6a9dc9d3edbb2ff88b7c874706", None),
-    ("rcl/coco/0.5", "coco_precomp", 0.5, "image", 113287, "noise_inx_0.5.npy",
-     "846956d46826148f2af2df69c39f81cb3c3b267310c0545c872341059044daf9",
-     "c302c4480aeee8b50d29ee9dd335c55db44177805cfc3782cfeffdac7379759e", None),
-    ("rcl/coco/0.6", "coco_precomp", 0.6, "image", 113287, "noise_inx_0.6.npy",
-     "ea5ab664f5defd1b250a32f286794322beb98f1ac4b604dad45280299ac5c6d5",
-     "0e77e63b375616a001e597c9235e2fa249099dc65291190bdc77867a44cf9183", None),
-    ("rcl/coco/0.8", "coco_precomp", 0.8, "image", 113287, "noise_inx_0.8.npy",
-     "5bb1cdd4fb9a86a16cf5ab54409bfb5deb59280c009ab3184a70f1ad66a08050",
-     "fcaf81bfb8149dc80f7e671023c7426b7b781ed04b0f40d62bb0a51b9e2f3572", None),
-    ("l2rm/f30k/0.2", "f30k_precomp", 0.2, "caption", 145000, "f30k_precomp_0.2.npy",
-     "9ef71783b3488770e5c897256a2e42d4a740c699f5d60d17d413176a862a2e0d",
-     "22619804ac02a41bf4ca3f83ee15cf064ea76c076a5994413d69d9acd4c29064", None),
-    ("l2rm/f30k/0.4", "f30k_precomp", 0.4, "caption", 145000, "f30k_precomp_0.4.npy",
-     "fd23fe1b62bcfe01848371771fc0378ccae5846801fa2b9556a1319e88db522d",
-     "90c4d0838e885fa94a97ba026e807f01db7d583e261bd6a98ed2d877ab8174f7", None),
-    ("l2rm/f30k/0.6", "f30k_precomp", 0.6, "caption", 145000, "f30k_precomp_0.6.npy",
-     "5d8b61c1cf3656f1991f28b61d7928abe1d1240652f4ed65aa3c414fb90e5f28",
-     "cc107b2f0b3c960a2a2fdeb042e2704c6944b2cb72ea3b41d09f6ea14f0faa89", None),
-    ("l2rm/f30k/0.8", "f30k_precomp", 0.8, "caption", 145000, "f30k_precomp_0.8.npy",
-     "ad298d3394d4d4b2145bbc24d388394db0ba5e7b0dd917caacb8c7bf3e29e407",
-     "3b7f7b11f1908dc57857e3f638696c6e399d39e918ffcac6045c6fd215ca8887", None),
-    ("l2rm/coco/0.2", "coco_precomp", 0.2, "caption", 566435, "coco_precomp_0.2.npy",
-     "7bdbc474bd1d2e741b30713f32edc2c9db79777811198ef33a7fcd8c3a1bb66e",
-     "af680d08d31225454e33e8f00f728025492595d00c042a083be1614724aa7d01", "rcl/coco/0.2"),
-    ("l2rm/coco/0.4", "coco_precomp", 0.4, "caption", 566435, "coco_precomp_0.4.npy",
-     "285ee976a90e87d34021e47ed7247ecd7f7adc85353487bb41c52791665ecbd2",
-     "46d194c3696a5eca18744b1b6c5a1c09e5e50a6a9dc9d3edbb2ff88b7c874706", "rcl/coco/0.4"),
-    ("l2rm/coco/0.6", "coco_precomp", 0.6, "caption", 566435, "coco_precomp_0.6.npy",
-     "6489b0a1f19e65aa894e7813f5bbde700aac43f8d4c542b15d1aacc6603e27c5",
-     "0e77e63b375616a001e597c9235e2fa249099dc65291190bdc77867a44cf9183", "rcl/coco/0.6"),
-    ("l2rm/coco/0.8", "coco_precomp", 0.8, "caption", 566435, "coco_precomp_0.8.npy",
-     "3a76a8a414a4387108561649f68cbd37889be49902f87e9024f0126be4c17591",
-     "fcaf81bfb8149dc80f7e671023c7426b7b781ed04b0f40d62bb0a51b9e2f3572", "rcl/coco/0.8"),
-    # END GENERATED
-)
+    @property
+    def origin(self) -> str:
+        """The origin part of the name (``rcl`` of ``rcl/f30k/0.2``)."""
+        return self.name.split("/", 1)[0]
 
 
-def _papers_and_source(name: str, dataset: str, ratio: float) -> tuple[tuple[str, ...], str]:
-    """Citation and source note of an entry, from its origin (the first part of its name)."""
-    origin = name.split("/")[0]
-    if origin == "rcl":
-        return (RCL_PAPER,), RCL_SOURCE.format(dataset=dataset, ratio=f"{ratio:g}")
-    if origin == "l2rm" and dataset == "coco_precomp":
-        return (L2RM_PAPER,), L2RM_COCO_SOURCE.format(ratio=f"{ratio:g}")
-    if origin == "l2rm":
-        return (L2RM_PAPER,), L2RM_SOURCE.format(ratio=f"{ratio:g}")
-    raise ValueError(f"registry entry {name!r} has an unknown origin {origin!r}")
+@dataclass(frozen=True)
+class Origin:
+    """One origin file of :data:`SOURCES_DIR`: who published a set of files and where ncl's
+    digest script finds them.
+
+    Attributes:
+        name: the origin (the first part of its entries' names); the file is ``<name>.json``.
+        order: where its entries come in the registry (and in pairing names: ``rcl/f30k/0.2 =
+            l2rm/f30k/0.2``); unique.
+        folder: where its published files lie under a ``noise_index`` folder
+            (``{dataset}`` is replaced), or ``None`` when none of them is available here.
+        entries: its files.
+    """
+
+    name: str
+    order: int
+    folder: str | None
+    entries: tuple[RegistryEntry, ...]
 
 
-def _build_registry() -> tuple[RegistryEntry, ...]:
-    """The registry entries from :data:`_TABLE`, with their papers and sources."""
-    entries = []
-    for name, dataset, ratio, fmt, length, file_name, file_sha, pair_sha, presumed_from in _TABLE:
-        papers, source = _papers_and_source(name, dataset, ratio)
-        entries.append(RegistryEntry(name, dataset, ratio, fmt, length, file_name, file_sha,
-                                     pair_sha, papers, source, presumed_from))
-    return tuple(entries)
+#: The keys an origin file and each of its ``files`` must have (the rest are optional).
+_ORIGIN_KEYS = ("origin", "order", "folder", "papers", "sources", "files")
+_FILE_KEYS = ("name", "dataset", "ratio", "format", "entries", "file_name", "file_sha256",
+              "pairing_sha256")
 
 
-#: Every registered published file.
-REGISTRY: tuple[RegistryEntry, ...] = _build_registry()
+def _require(mapping: dict, keys: tuple[str, ...], where: str) -> None:
+    """:class:`ValueError` naming ``where`` and the missing keys, if any."""
+    missing = [key for key in keys if key not in mapping]
+    if missing:
+        raise ValueError(f"{where}: missing {', '.join(missing)}")
+
+
+def _generated_by(value: dict | None, where: str) -> tuple[NoiseFormat, int] | None:
+    """``generated_by`` of a file record as ``(algorithm, seed)``."""
+    if value is None:
+        return None
+    if value.get("algorithm") not in GENERATORS or not isinstance(value.get("seed"), int):
+        raise ValueError(f"{where}: generated_by must be {{\"algorithm\": one of "
+                         f"{list(GENERATORS)}, \"seed\": an integer}}, got {value!r}")
+    return value["algorithm"], value["seed"]
+
+
+def _entry(record: dict, papers: list[str], sources: dict[str, str], where: str) -> RegistryEntry:
+    """One file record of an origin file as an entry; its source text is the record's own
+    ``source`` or the origin's template for its dataset (``"*"`` otherwise), formatted with
+    ``{dataset}``, ``{ratio}`` and ``{seed}``."""
+    _require(record, _FILE_KEYS, where)
+    generated = _generated_by(record.get("generated_by"), where)
+    template = record.get("source") or sources.get(record["dataset"]) or sources.get("*")
+    if not template:
+        raise ValueError(f"{where}: no source text (neither the file's nor its origin's)")
+    source = template.format(dataset=record["dataset"], ratio=f"{record['ratio']:g}",
+                             seed=generated[1] if generated else "")
+    if record.get("presumed_from") == FROM_GENERATOR and generated is None:
+        raise ValueError(f"{where}: presumed_from {FROM_GENERATOR!r} needs generated_by")
+    return RegistryEntry(
+        record["name"], record["dataset"], float(record["ratio"]), record["format"],
+        int(record["entries"]), record["file_name"], record["file_sha256"],
+        record["pairing_sha256"], tuple(record.get("papers", papers)), source,
+        record.get("presumed_from"), generated, record.get("same_pairing_as"))
+
+
+def load_origin(path: Path) -> Origin:
+    """The origin file ``path`` (JSON; :class:`Origin`, ``ncl/data/noise_sources/*.json``).
+
+    Raises:
+        ValueError: the file is not valid JSON or lacks a key; the message names the file.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    _require(data, _ORIGIN_KEYS, str(path))
+    if data["origin"] != path.stem:
+        raise ValueError(f"{path}: origin {data['origin']!r} differs from the file name")
+    entries = tuple(_entry(record, data["papers"], data["sources"], f"{path} file {i}")
+                    for i, record in enumerate(data["files"]))
+    for item in entries:
+        if item.origin != data["origin"]:
+            raise ValueError(f"{path}: entry {item.name!r} is not named {data['origin']}/...")
+    return Origin(data["origin"], int(data["order"]), data["folder"], entries)
+
+
+def load_origins(folder: Path = SOURCES_DIR) -> tuple[Origin, ...]:
+    """Every origin file of ``folder``, in their ``order``.
+
+    Raises:
+        ValueError: an origin file is invalid, two share an ``order``, or two entries a name.
+    """
+    origins = sorted((load_origin(path) for path in sorted(folder.glob("*.json"))),
+                     key=lambda origin: origin.order)
+    orders = [origin.order for origin in origins]
+    if len(set(orders)) != len(orders):
+        raise ValueError(f"{folder}: two origin files share an order: {orders}")
+    names = [item.name for origin in origins for item in origin.entries]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"{folder}: entries named twice: {', '.join(repeated)}")
+    return tuple(origins)
+
+
+#: Every registered published file, origin by origin.
+REGISTRY: tuple[RegistryEntry, ...] = tuple(
+    item for origin in load_origins() for item in origin.entries)
 
 
 def pairing_digest(cap2img: np.ndarray) -> str:
@@ -339,6 +374,14 @@ class Identification:
         return tuple(m for m in self.matches if m.file_sha256 == self.file_sha256)
 
     @property
+    def draws(self) -> tuple[str, ...]:
+        """The seeded draws known to give this pairing, from the matches' ``generated_by``
+        (``"caption-level draw, seed 96"``: NCR's caption shuffling; ``image-level``: RCL's
+        permutation), without repeats."""
+        return tuple(dict.fromkeys(describe_draw(m.generated_by) for m in self.matches
+                                   if m.generated_by is not None))
+
+    @property
     def papers(self) -> tuple[str, ...]:
         """Every paper known to have used this pairing, in registry order, without repeats
         (a presumed entry's paper is left out: that it used this pairing is not known)."""
@@ -350,7 +393,15 @@ class Identification:
                 "length": self.length, "noise_rate": self.noise_rate,
                 "pairing_sha256": self.pairing_sha256, "pairing_name": self.pairing_name,
                 "same_file": [m.label for m in self.same_file], "papers": list(self.papers),
+                "draws": list(self.draws),
                 "matches": [asdict(m) for m in self.matches]}
+
+
+def describe_draw(generated_by: tuple[NoiseFormat, int]) -> str:
+    """``generated_by`` in words: ``"NCR caption shuffling, seed 96"``."""
+    algorithm, seed = generated_by
+    name = "NCR caption shuffling" if algorithm == "caption" else "RCL image permutation"
+    return f"{name}, seed {seed}"
 
 
 def _im_div(n_images: int, n_captions: int) -> int:

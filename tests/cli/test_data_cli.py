@@ -72,6 +72,20 @@ def test_noise_list_shows_the_registry(capsys) -> None:
     assert rows["name"][7] == "digests" and rcl[7] == l2rm[7] == "file"
     assert rows["l2rm/coco/0.2"][5] == rows["rcl/coco/0.2"][5]
     assert rows["l2rm/coco/0.2"][7] == "presumed" and "'presumed' rows" in out
+    # BiCro's files say which seeded draw of NCR's shuffling they are (issue 48)
+    assert " ".join(rows["bicro/f30k/0.5"]).endswith("BiCro, PC² file NCR caption shuffling, seed 34")
+    assert rows["rcl/f30k/0.2"][8] == "-"
+
+
+def test_identify_names_bicros_seed(capsys, shared_data: Path) -> None:
+    path = shared_data / "noise_index" / "bicro" / "f30k_precomp" / "f30k_precomp_0.4.npy"
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    out = run_ok(capsys, "data", "noise", "identify", str(path))
+    assert report_line(out, "registry") == "bicro/f30k/0.4"
+    assert report_line(out, "same bytes as") == "bicro/f30k/0.4"
+    assert report_line(out, "drawn by") == "NCR caption shuffling, seed 96"
+    assert "BiCro" in report_line(out, "used by") and "PC²" in report_line(out, "used by")
 
 
 # -------------------------------------------------------------------------- noise identify

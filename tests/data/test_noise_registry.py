@@ -1,21 +1,26 @@
 """The noise registry (issue 27, ``ncl data noise``): the format-independent pairing digest,
 identifying published files (RCL's image-level and L2RM's caption-level F30K files are one
-pairing; L2RM's COCO files are presumed to be RCL's COCO pairing, issue 40), and converting
-between the two formats."""
+pairing; L2RM's COCO files are presumed to be RCL's COCO pairing, issue 40; BiCro's and PC²'s
+F30K files are seeded draws of NCR's shuffling, issue 48), converting between the two formats,
+and the registry as data: one JSON file per origin."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ncl.compose import merged
-from ncl.data.noise import make_noise, resolve_noise_file
+from ncl.data.noise import caption_level_noise, make_noise, resolve_noise_file
 from ncl.data.noise_registry import (
     REGISTRY,
+    SOURCES_DIR,
     TRAIN_COUNTS,
     caption_to_image,
     convert,
@@ -23,6 +28,7 @@ from ncl.data.noise_registry import (
     entries_with_pairing,
     entry,
     identify,
+    load_origins,
     pairing_digest,
     pairing_name,
     seeded_pairing_digest,
@@ -164,7 +170,7 @@ def test_convert_rejects_an_unknown_format(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- the registry data
 def test_registry_entries_are_consistent() -> None:
     names = [e.name for e in REGISTRY]
-    assert len(names) == len(set(names)) == 18  # 5 + 5 RCL, 4 + 4 L2RM
+    assert len(names) == len(set(names)) == 23  # 5 + 5 RCL, 4 + 4 L2RM, 4 BiCro, 1 PC²
     for item in REGISTRY:
         n_images, n_captions = TRAIN_COUNTS[item.dataset]
         assert item.entries == (n_images if item.format == "image" else n_captions)
@@ -182,7 +188,8 @@ def test_l2rm_and_rcl_entries_share_the_pairing(ratio: float) -> None:
 
 
 def test_ratios_give_distinct_pairings() -> None:
-    assert len({e.pairing_sha256 for e in REGISTRY}) == 10  # 5 RCL F30K + 5 RCL COCO
+    # 5 RCL F30K + 5 RCL COCO (L2RM's repeat them) + 4 BiCro + PC²'s seed-0 file
+    assert len({e.pairing_sha256 for e in REGISTRY}) == 15
 
 
 def test_counts_for_length() -> None:
@@ -235,10 +242,16 @@ def test_the_digest_script_reproduces_the_registry(shared_data: Path) -> None:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    rows = module.collect(shared_data / "noise_index")
-    assert rows == [(e.name, e.dataset, e.ratio, e.format, e.entries, e.file_name,
-                     e.file_sha256, e.pairing_sha256, e.presumed_from) for e in REGISTRY]
-    assert module.pairing_conflicts(rows) == []
+    entries = module.computed(shared_data / "noise_index", load_origins())
+    assert entries == list(REGISTRY)
+    assert module.declared_problems(entries) == []
+    # and it would report a wrong seed or a wrong twin
+    broken = [replace(e, generated_by=("caption", 97)) if e.name == "bicro/f30k/0.2" else
+              replace(e, same_pairing_as="rcl/f30k/0.4") if e.name == "l2rm/f30k/0.2" else e
+              for e in entries]
+    assert module.declared_problems(broken) == [
+        "l2rm/f30k/0.2: not the pairing of rcl/f30k/0.4",
+        "bicro/f30k/0.2: not the caption-level draw with seed 97"]
 
 
 # ------------------------------------------------- L2RM's COCO files: presumed, not checked
@@ -264,9 +277,9 @@ def test_l2rm_f30k_entries_are_checked_not_presumed(ratio: float) -> None:
     assert "PRESUMED" not in l2rm.source
 
 
-def test_only_the_l2rm_coco_entries_are_presumed() -> None:
+def test_only_the_l2rm_coco_entries_and_pc2s_seed_0_file_are_presumed() -> None:
     assert sorted(e.name for e in REGISTRY if e.presumed) == \
-        [f"l2rm/coco/{r:g}" for r in L2RM_RATIOS]
+        [f"l2rm/coco/{r:g}" for r in L2RM_RATIOS] + ["pc2/f30k/0.2.np"]
 
 
 @pytest.mark.parametrize("config", ["l2rm_sgr_coco", "l2rm_saf_coco"])
@@ -306,3 +319,111 @@ def test_converting_rcls_coco_file_gives_the_presumed_l2rm_file(shared_data: Pat
     assert found.pairing_name == f"rcl/coco/{ratio:g} = l2rm/coco/{ratio:g} (presumed)"
     assert found.summary()["same_file"] == [f"l2rm/coco/{ratio:g} (presumed)"]
     assert [p.split(":")[0] for p in found.papers] == ["RCL"]  # L2RM's use is not known
+
+
+# ------------------------------------------- BiCro's and PC²'s F30K files: NCR's seeded draws
+BICRO_SEEDS = {0.2: 96, 0.4: 96, 0.5: 34, 0.6: 96}  # 96: the seed of BiCro's scripts
+
+
+@pytest.mark.parametrize(("ratio", "seed"), sorted(BICRO_SEEDS.items()))
+def test_bicro_entries_are_ncrs_draw_with_their_seed(ratio: float, seed: int) -> None:
+    item = entry(f"bicro/f30k/{ratio:g}")
+    assert item.generated_by == ("caption", seed) and not item.presumed
+    n_images, n_captions = TRAIN_COUNTS["f30k_precomp"]
+    assert seeded_pairing_digest("caption", n_images, n_captions, ratio, seed) == \
+        item.pairing_sha256
+    assert [p.split(":")[0] for p in item.papers] == ["BiCro", "PC²"]  # PC²'s are these bytes
+    assert pairing_name(item.pairing_sha256) == item.name  # no other file has this pairing
+
+
+def test_pc2s_seed_0_file_is_presumed_from_its_draw(tmp_path: Path) -> None:
+    item = entry("pc2/f30k/0.2.np")
+    assert item.presumed_from == "generator" and item.generated_by == ("caption", 0)
+    assert item.file_name == "f30k_precomp_0.2.np.npy" and "PRESUMED" in item.source
+    # its digests are those of the draw saved as int64 with np.save, as BiCro's files are
+    n_images, n_captions = TRAIN_COUNTS["f30k_precomp"]
+    draw = caption_level_noise(n_captions, n_captions // n_images, 0.2, 0).astype(np.int64)
+    path = _save(tmp_path / item.file_name, draw)
+    found = identify(path, n_images, n_captions)
+    assert (found.file_sha256, found.pairing_sha256) == (item.file_sha256, item.pairing_sha256)
+    assert found.pairing_name == "pc2/f30k/0.2.np (presumed)" and found.papers == ()
+
+
+@pytest.mark.parametrize("ratio", sorted(BICRO_SEEDS))
+def test_real_bicro_files_match_the_registry(shared_data: Path, ratio: float) -> None:
+    path = shared_data / "noise_index" / "bicro" / "f30k_precomp" / f"f30k_precomp_{ratio:g}.npy"
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    found = identify(path, *TRAIN_COUNTS["f30k_precomp"])
+    assert [m.name for m in found.same_file] == [f"bicro/f30k/{ratio:g}"]
+    assert found.draws == (f"NCR caption shuffling, seed {BICRO_SEEDS[ratio]}",)
+
+
+# ------------------------------------------------------------- the registry's data files
+def _copy_sources(tmp_path: Path) -> Path:
+    folder = tmp_path / "noise_sources"
+    shutil.copytree(SOURCES_DIR, folder)
+    return folder
+
+
+def _origin_file(folder: Path, origin: str, order: int, **record: object) -> Path:
+    file_record = {"name": f"{origin}/f30k/0.3", "dataset": "f30k_precomp", "ratio": 0.3,
+                   "format": "caption", "entries": 145000, "file_name": "x.npy",
+                   "file_sha256": "a" * 64, "pairing_sha256": "b" * 64, **record}
+    path = folder / f"{origin}.json"
+    path.write_text(json.dumps({"origin": origin, "order": order, "folder": None,
+                                "papers": ["New: someone, 2026"], "sources": {"*": "s {ratio}"},
+                                "files": [file_record]}), encoding="utf-8")
+    return path
+
+
+def test_an_origin_is_registered_by_adding_its_file(tmp_path: Path) -> None:
+    folder = _copy_sources(tmp_path)
+    _origin_file(folder, "new", 5, generated_by={"algorithm": "image", "seed": 3})
+    origins = load_origins(folder)
+    assert origins[0].name == "new"  # order 5 comes first
+    added = origins[0].entries[0]
+    assert added.source == "s 0.3" and added.papers == ("New: someone, 2026",)
+    assert added.generated_by == ("image", 3)
+    assert [e for o in origins[1:] for e in o.entries] == list(REGISTRY)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"order": 10}, "share an order"),
+    ({"twice": True}, "entries named twice: new/f30k/0.3"),
+    ({"record": {"name": "other/f30k/0.3"}}, "is not named new/"),
+    ({"record": {"generated_by": {"algorithm": "video", "seed": 1}}}, "generated_by must be"),
+    ({"record": {"presumed_from": "generator"}}, "needs generated_by"),
+    ({"drop": "pairing_sha256"}, "missing pairing_sha256"),
+])
+def test_a_bad_origin_file_is_named(tmp_path: Path, change: dict, message: str) -> None:
+    folder = _copy_sources(tmp_path)
+    path = _origin_file(folder, "new", change.get("order", 5), **change.get("record", {}))
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if "drop" in change:
+        del data["files"][0][change["drop"]]
+    if change.get("twice"):
+        data["files"].append(data["files"][0])
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ValueError, match=message) as err:
+        load_origins(folder)
+    if change.get("order") is None and "named twice" not in message:
+        assert "new.json" in str(err.value)
+
+
+def test_an_origin_file_that_is_not_json_is_named(tmp_path: Path) -> None:
+    folder = _copy_sources(tmp_path)
+    (folder / "broken.json").write_text("{", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"broken\.json: not valid JSON"):
+        load_origins(folder)
+
+
+def test_the_docs_table_lists_every_entry_with_its_digests() -> None:
+    """docs/data.md's registry table: one row per entry, its digests' first 12 hex digits."""
+    text = (REPO / "docs" / "data.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == 10 and cells[0].startswith("`") and "/" in cells[0]:
+            rows[cells[0].split("`")[1]] = (cells[6].strip("`"), cells[7].strip("`"))
+    assert rows == {e.name: (e.pairing_sha256[:12], e.file_sha256[:12]) for e in REGISTRY}
