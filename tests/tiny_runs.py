@@ -255,3 +255,23 @@ def assert_counted_once(config: Path, folder: Path, root: Path) -> None:
     shared = alone.keys() & distributed.keys()  # a fit-only key (CRCL's rsum_selected) aside
     assert "val/rsum" in shared, (sorted(alone), sorted(distributed))
     assert {k: alone[k] for k in shared} == {k: distributed[k] for k in shared}
+
+
+def best_tested_and_predicted(config: Path, root: Path) -> tuple[dict, list[dict[str, str]]]:
+    """``ncl test`` then ``ncl predict`` of a run's best checkpoint, both through the CLI in
+    ``root``: the test results (``test_results.json``, asserted to hold the A, B and A+B rows
+    of a two-network method) and the rows of the ranked training pairs ``predict`` wrote."""
+    import csv
+    import json
+
+    from launch import ncl_here
+
+    tested = ncl_here("test", "--config", str(config), "--ckpt_path", "best", cwd=root)
+    assert tested.returncode == 0, tested.stderr[-3000:]
+    results = json.loads(next(root.rglob("test_results.json")).read_text())
+    assert {"A", "B", "A+B"} <= set(results), sorted(results)
+    out = root / "ranked.csv"
+    predicted = ncl_here("predict", "--config", str(config), "--ckpt_path", "best",
+                         "--out", str(out), cwd=root)
+    assert predicted.returncode == 0, predicted.stderr[-3000:]
+    return results, list(csv.DictReader(out.open(newline="", encoding="utf-8")))

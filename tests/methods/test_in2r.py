@@ -7,18 +7,16 @@ tests/cli/test_resume.py and tests/cli/test_bf16.py (``in2r`` in tiny_runs.METHO
 
 from __future__ import annotations
 
-import csv
-import json
 from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
-from launch import ncl_here
 from resume_helpers import fit_killed_at
 from tiny_runs import (
     METHODS,
     assert_same_checkpoints,
+    best_tested_and_predicted,
     last_checkpoint,
     method_config,
     per_epoch,
@@ -181,15 +179,7 @@ def test_fit_queues_rectifies_checkpoints_resumes_tests_and_predicts(tmp_path: P
     assert per_epoch(killed_folder, "val/rsum") == per_epoch(folder, "val/rsum")
     assert_same_checkpoints(ckpt, last_checkpoint(killed_folder))  # queues included
 
-    assert ncl_here("test", "--config", str(config), "--ckpt_path", "best", cwd=tmp_path).returncode == 0
-    results = json.loads(next(tmp_path.rglob("test_results.json")).read_text())
-    assert {"A", "B", "A+B"} <= set(results)
-
-    out = tmp_path / "ranked.csv"
-    result = ncl_here("predict", "--config", str(config), "--ckpt_path", "best", "--out", str(out),
-                      cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    rows = list(csv.DictReader(out.open()))
+    _, rows = best_tested_and_predicted(config, tmp_path)
     assert tuple(rows[0]) == COLUMNS  # the GMM ranking, IN2R's division
     prob = [float(r["clean_probability"]) for r in rows]
     assert prob == sorted(prob) and len(set(prob)) > 2 and all(0 <= p <= 1 for p in prob)
