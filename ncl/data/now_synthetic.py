@@ -14,6 +14,11 @@ NoW's three (their sizes are the data's, not NoW's):
 
 Each vocabulary holds ``<pad> <start> <end> <unk>`` (ids 0-3) and every piece of train + dev;
 a test piece never seen there is ``<unk>``. Deterministic given the spec.
+
+:class:`NowSyntheticDataModule` generates it once into the cache and reads it with
+:class:`~ncl.data.now.NowDataModule` (it is that class's ``TINY_COUNTERPART``: the NoW configs
+train on it in tests/cli/test_configs.py); ``configs/rcl_sgr_now_synthetic.yaml`` is a CPU
+smoke run on its ``quickstart`` preset.
 """
 
 from __future__ import annotations
@@ -165,7 +170,8 @@ class NowSyntheticDataModule(NowDataModule):
         Other arguments: as :class:`NowDataModule`.
     """
 
-    TINY_COUNTERPART = None
+    #: Tiny test data stays in NoW's layout (tests/config_override.py).
+    TINY_COUNTERPART = ("ncl.data.now_synthetic.NowSyntheticDataModule", {})
 
     def __init__(self, preset: Literal["tiny", "quickstart"] = "quickstart",
                  cache_dir: str | None = None, synthetic_seed: int = 0,
