@@ -87,16 +87,19 @@ def test_stand_in_tokenizers_by_hand() -> None:
     assert pieces("the", "bert") == ["the"] and pieces("near", "bpe") == ["near"]
 
 
-def test_official_facts_and_protocol() -> None:
-    """98,000 / 1,000 / 1,000 pairs, one caption each, 36 x 768, real noise; dev keeps its
-    1,000 images and the test is the whole 1,000 x 1,000 matrix (the official evalrank with
-    per_captions 1)."""
+def test_official_facts_and_protocol(tmp_path: Path) -> None:
+    """98,000 / 1,000 / 1,000 pairs, one caption each, 36 x 768, real noise; dev keeps 1,000
+    images and the test is the whole matrix, one caption per image (the official evalrank with
+    per_captions 1): every test image and caption is encoded once."""
     facts = DATASETS["h5100k_precomp"]
     assert dict(facts.splits) == {"train": (98_000, 98_000), "dev": (1_000, 1_000),
                                   "test": (1_000, 1_000)}
     assert facts.real_noise and facts.feature_shape == (36, 768)
-    dm_defaults = NowDataModule.__init__.__defaults__
-    assert dm_defaults is not None and "bert" in dm_defaults and ("1k",) in dm_defaults
+    dm = NowDataModule(str(write_now(tmp_path)), batch_size=2)
+    assert (dm.tokenizer, dm.dev_max_images, dm.test_split, dm.test_protocols) == ("bert", 1000, "test", ["1k"])
+    dm.setup("test")
+    images, captions = dm.test_dataloader()
+    assert (len(images.dataset), len(captions.dataset), dm.test_data.im_div) == (2, 2, 1)
 
 
 def test_wrong_tokenizer_is_one_error_naming_the_option(tmp_path: Path) -> None:
