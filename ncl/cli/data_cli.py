@@ -28,7 +28,7 @@ from typing import NoReturn
 import numpy as np
 
 from ncl.data import noise_registry as registry
-from ncl.data.facts import TRAIN_COUNTS
+from ncl.data.facts import DATASETS, TRAIN_COUNTS
 from ncl.errors import NclUserError
 
 #: Exit status of a user error, as everywhere in ``ncl`` (argparse's own convention).
@@ -116,7 +116,8 @@ def _build_parser() -> _Parser:
     check.add_argument("--data_root", required=True, type=Path, metavar="DIR",
                        help="the folder holding <dataset>/ and vocab/")
     check.add_argument("--dataset", required=True, metavar="NAME",
-                       help="f30k_precomp, coco_precomp or cc152k_precomp")
+                       help=", ".join(DATASETS) + " (checked against the official counts) "
+                            "or a folder of your own in the precomp layout")
     check.add_argument("--full", action="store_true",
                        help="scan every feature for NaN/Inf (default: a sample)")
     check.add_argument("--config", type=Path, nargs="+", action="extend", default=[],

@@ -131,7 +131,7 @@ class PrecompDataModule(TrainLoader, NoiseRecord, StartChecks, PredictSplit, L.L
         if not self.vocab_path.is_file():
             raise DataError(f"vocabulary file not found: {self.vocab_path}; pass data.vocab_path "
                             f"or {DATA_HINT}")
-        self.vocab: Vocabulary = load_vocabulary(self.vocab_path)
+        self.vocab: Vocabulary = self._read_vocabulary(self.vocab_path)
         self.train_split: PrecompSplit | None = None
         self.val_data: PrecompSplit | None = None
         self.test_data: PrecompSplit | None = None
@@ -148,6 +148,11 @@ class PrecompDataModule(TrainLoader, NoiseRecord, StartChecks, PredictSplit, L.L
         self._predict_pairs: PairDataset | None = None
         # How val/test loaders batch: images and captions apart, or pairs (use_eval_pairs).
         self.eval_pairs = False
+
+    def _read_vocabulary(self, path: Path) -> Vocabulary:
+        """The vocabulary at ``path`` (the official JSON, :func:`load_vocabulary`); a layout
+        with vocabularies of its own (NoW's, :mod:`ncl.data.now`) reads them here."""
+        return load_vocabulary(path)
 
     # ----------------------------------------------------------------- properties
     @property

@@ -17,6 +17,7 @@ The function is pure: it prints nothing and needs no Lightning; the CLI renders
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ncl.data.facts import SPLIT_COUNTS  # official counts: a different one is a warning
+from ncl.data.facts import DATASETS, SPLIT_COUNTS  # official counts: a different one is a warning
 from ncl.data.precomp import (
     SCAN_CHUNK_BYTES,
     SPLITS,
@@ -38,7 +39,8 @@ from ncl.data.vocab import END, START, UNK, Vocabulary, load_vocabulary
 from ncl.datatools.noise_check import check_noise_files
 from ncl.errors import DataError
 
-# BUTD bottom-up features of the official datasets: 36 regions of 2048 dimensions.
+# BUTD bottom-up features of the official datasets: 36 regions of 2048 dimensions (a dataset
+# declares its own shape: ncl.data.facts.DatasetFacts.feature_shape).
 OFFICIAL_FEATURE_SHAPE = (36, 2048)
 # Splits of a dataset ncl does not know (the synthetic ones): what synthetic.generate writes.
 DEFAULT_SPLITS = ("train", "dev", "test")
@@ -174,9 +176,11 @@ def scan_nonfinite(feats: np.ndarray, rows: np.ndarray | None,
     return bad, n_bad, scanned
 
 
-def _check_features(path: Path, row: SplitRow, report: LayoutReport, official: bool,
-                    full_scan: bool, sample: int, on_rows: RowCallback | None) -> np.ndarray | None:
-    """Open, shape-check and NaN-scan one feature file; ``None`` when it is unusable."""
+def _check_features(path: Path, row: SplitRow, report: LayoutReport,
+                    official: tuple[int, int] | None, full_scan: bool, sample: int,
+                    on_rows: RowCallback | None) -> np.ndarray | None:
+    """Open, shape-check and NaN-scan one feature file; ``None`` when it is unusable.
+    ``official``: the dataset's declared ``(regions, dim)`` (another is a warning), or ``None``."""
     if not path.is_file():
         report.problems.append(f"{path}: feature file missing")
         return None
@@ -201,10 +205,10 @@ def _check_features(path: Path, row: SplitRow, report: LayoutReport, official: b
     note = dtype_note(path, feats)  # float16/float64: usable, but worth a line
     if note:
         report.warnings.append(note)
-    if official and tuple(feats.shape[1:]) != OFFICIAL_FEATURE_SHAPE:
+    if official is not None and tuple(feats.shape[1:]) != tuple(official):
+        what = "BUTD features are" if tuple(official) == OFFICIAL_FEATURE_SHAPE else "features are"
         report.warnings.append(f"{path}: {feats.shape[1]} regions x {feats.shape[2]} dims, the "
-                               f"official BUTD features are {OFFICIAL_FEATURE_SHAPE[0]} x "
-                               f"{OFFICIAL_FEATURE_SHAPE[1]}")
+                               f"official {what} {official[0]} x {official[1]}")
     rows = None if full_scan else sample_rows(row.images, sample)
     bad, n_bad, row.scanned = scan_nonfinite(feats, rows, on_rows)
     row.full_scan = full_scan
@@ -275,7 +279,9 @@ def check_split(data_dir: Path, dataset: str, split: str, vocab: Vocabulary | No
     """Check one split's features, captions, counts and vocabulary coverage into ``report``."""
     row = SplitRow(split)
     feat_path = features_path(data_dir, split)
-    feats = _check_features(feat_path, row, report, dataset in SPLIT_COUNTS, full_scan, sample, on_rows)
+    facts = DATASETS.get(dataset)
+    official = facts.feature_shape if facts is not None else None
+    feats = _check_features(feat_path, row, report, official, full_scan, sample, on_rows)
     read = _check_captions(data_dir, split, row, report)
     if read is None:
         return row
@@ -320,9 +326,16 @@ def check_layout(data_root: Path, dataset: str, full_scan: bool = False, sample:
             (:func:`ncl.datatools.noise_check.check_noise_files`, which also checks every file of
             the dataset folder named as a published noise file).
 
+    A dataset whose declaration names a ``checker`` (another layout than the BUTD precomp one)
+    is checked by that function, called with the same arguments.
+
     Returns:
         The report; nothing is printed and nothing is raised for a bad layout.
     """
+    facts = DATASETS.get(dataset)
+    if facts is not None and facts.checker:
+        return declared_checker(facts.checker)(Path(data_root), dataset, full_scan, sample,
+                                               on_rows, configs)
     data_root = Path(data_root)
     data_dir = data_root / dataset
     report = LayoutReport(dataset, data_dir)
@@ -336,6 +349,12 @@ def check_layout(data_root: Path, dataset: str, full_scan: bool = False, sample:
     _check_feature_dims(report, data_dir)
     _check_noise(report, data_dir, dataset, list(configs))
     return report
+
+
+def declared_checker(spec: str) -> Callable[..., LayoutReport]:
+    """The function a dataset declaration names as ``"module:function"``."""
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _check_noise(report: LayoutReport, data_dir: Path, dataset: str, configs: list[Path]) -> None:
