@@ -7,6 +7,7 @@ Shapes: ``N`` training pairs, ``C`` pseudo-classes (``proj_dim``), ``K`` network
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ncl.division.co_divide import Division
+from ncl.division.co_divide import Division, gmm_probabilities, split_clean
 from ncl.training.distributed import all_gather_rows, last_occurrences
 
 #: Where co-training writes into the bank (quirk Q1): ``subset``, the official positions inside
@@ -167,3 +168,23 @@ class PC2Division:
         loss = Division.from_state(saved["loss"])
         assert loss is not None
         return cls(loss, saved["oscillation"], saved["stable_prob"], saved["stable"])
+
+
+def pc2_division(epoch: int, losses: Tensor, oscillations: Tensor, threshold: float = 0.5,
+                 gmm_seed: int | None = 0, share: Callable[[Tensor], Tensor] = lambda t: t
+                 ) -> PC2Division:
+    """The combined division of ``epoch`` (docs/methods/pc2.md step 5): per network a GMM on
+    the min-max normalised losses (``w``, ``clean = w > threshold``) and one on the
+    oscillations (``c``, ``stable = c > threshold``), each split with NCR's 1 % fallback.
+
+    Args:
+        losses, oscillations: ``(K, N)``.
+        threshold: ``p_threshold`` (0.5).
+        gmm_seed: ``random_state`` of every fit (``None``: numpy's global stream, official).
+        share: applied to each ``(K, N)`` probability table before the splits (rank 0's
+            broadcast under DDP).
+    """
+    prob = share(gmm_probabilities(losses, gmm_seed))
+    stable_prob = share(gmm_probabilities(oscillations, gmm_seed))
+    return PC2Division(Division(epoch, losses, prob, split_clean(prob, threshold)),
+                       oscillations, stable_prob, split_clean(stable_prob, threshold))

@@ -32,9 +32,8 @@ from ncl.callbacks.protocols import EpochDiagnostics, PassSpec
 from ncl.data.contracts import retrieval_data
 from ncl.data.datasets import Batch, PairDataset
 from ncl.data.samplers import global_seed
-from ncl.division.co_divide import Division, gmm_probabilities, split_clean
 from ncl.division.pc2 import (BankIndex, DistributionBank, PC2Division, labelled_targets,
-                              match_pseudo_captions, subset_positions)
+                              match_pseudo_captions, pc2_division, subset_positions)
 from ncl.errors import ConfigError
 from ncl.losses.pc2 import (EntropyOf, mean_hinges, pseudo_classification, selected_mean_hinges,
                             soft_hardest_triplet)
@@ -185,11 +184,7 @@ class PC2(RetrievalMethod):
         hp, values = self.hparams, values.cpu()
         losses = values[:, :, 0].double()
         osc = torch.stack([self.bank.oscillation(k, values[k, :, 1:]) for k in range(2)]).double()
-        prob = broadcast_(gmm_probabilities(losses, hp.gmm_seed))
-        stable_prob = broadcast_(gmm_probabilities(osc, hp.gmm_seed))
-        loss_division = Division(epoch, losses, prob, split_clean(prob, hp.p_threshold))
-        self.division = PC2Division(loss_division, osc, stable_prob,
-                                    split_clean(stable_prob, hp.p_threshold))
+        self.division = pc2_division(epoch, losses, osc, hp.p_threshold, hp.gmm_seed, broadcast_)
 
     def training_state(self) -> dict[str, Any]:
         return {"division": None if self.division is None else self.division.state(),
