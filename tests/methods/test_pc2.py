@@ -232,7 +232,11 @@ def _division(n: int = 40) -> PC2Division:
                        stable_prob, stable_prob > 0.5)
 
 
-def test_one_cotrain_step_by_value() -> None:
+@pytest.mark.parametrize(("lab_ids", "unl_ids"), [
+    ((3, 7, 11, 0, 19, 22, 5, 14), (30, 25, 38, 27, 33)),  # longest captions 7 and 7
+    ((3, 7, 11, 0, 19, 22, 5, 14), (25, 26, 32, 35)),      # donors (7) interpolated to 4
+    ((1, 7, 8, 9, 10, 11, 4, 6), (30, 25, 38, 27, 33))])   # donors (4) padded to 7
+def test_one_cotrain_step_by_value(lab_ids: tuple[int, ...], unl_ids: tuple[int, ...]) -> None:
     """Network 1's labelled and pseudo-caption losses and its bank writes (official switches)."""
     model = _model()
     model.eval()  # no dropout: the same embeddings in the step and here
@@ -242,8 +246,7 @@ def test_one_cotrain_step_by_value() -> None:
     model.log_net = lambda *args, **kwargs: None
     model.pseudo_captions_on = lambda: True
     pairs = SgrafPairs(40)
-    lab = collate([pairs[i] for i in (3, 7, 11, 0, 19, 22, 5, 14)])
-    unl = collate([pairs[i] for i in (30, 25, 38, 27, 33)])
+    lab, unl = collate([pairs[i] for i in lab_ids]), collate([pairs[i] for i in unl_ids])
     loss_l, loss_u, bank = _expected(model, 1, lab, unl, model.division.loss.clean[0], model.division)
     model.cotrain_step(1, lab, unl)
     assert [k for k, _ in losses] == [1, 1]
