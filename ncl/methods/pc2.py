@@ -97,9 +97,11 @@ class PC2(RetrievalMethod):
     spec: ClassVar[MethodSpec] = MethodSpec(
         rows=(Row("pc2", "PC²-{}", order=190, warmup=True, paper_config="pc2_{bb}_{ds}",
                   divides="co-divide + oscillation", small_backbones=("SGR",),
-                  # the official start (25 of 50 co-training epochs) scaled: half of them
+                  # the official start (25 of 50 co-training epochs) scaled: half of them;
+                  # selection over every epoch, as the grid's other rows
                   overrides=("--model=ncl.methods.pc2.PC2", f"--model.warmup_epochs={BENCHMARK_WARMUP}",
-                             "--model.pseudo_caption_start=null", "--model.select_warmup=true")),),
+                             "--model.pseudo_caption_start=null", "--model.select_warmup=true",
+                             "--model.select_from_pseudo_captions=false")),),
         # one warm-up epoch, then co-training with pseudo-captions from its start
         tiny={"pc2": {"warmup_epochs": 1, "pseudo_caption_start": 0, "proj_dim": 16}},
         regression={"pc2": RegressionCase("pc2_sgr_f30k.yaml", (
