@@ -10,6 +10,7 @@ none, with this test's own ``--print_config`` (:data:`SNAPSHOTS`).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from config_paths import COVERED_BY, training_path
 
 from ncl.runs.record import flatten  # the run record flattens configs the same way
 
@@ -137,8 +139,15 @@ ALLOWED: dict[tuple[str, Any, Any], str] = {
 
 
 def resolved(config: Path) -> dict[str, Any]:
-    """The config as ``ncl fit --print_config`` prints it, parsed."""
-    return yaml.safe_load(SNAPSHOTS.print_config(config))
+    """The config as ``ncl fit --print_config`` prints it, parsed (a fresh copy each call)."""
+    return yaml.safe_load(_printed(config))
+
+
+@functools.cache
+def _printed(config: Path) -> str:
+    """``ncl fit --config CONFIG --print_config``'s output, once per config in this process:
+    the path test below reads the configs this file's first test resolved."""
+    return SNAPSHOTS.print_config(config)
 
 
 def differences(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -162,6 +171,14 @@ def test_config_resolves_as_before(name: str) -> None:
     before = yaml.safe_load((SNAPSHOT / f"{name}.yaml").read_text())
     unexpected = [d for d in differences(before, resolved(config)) if d not in ALLOWED]
     assert unexpected == []
+
+
+@pytest.mark.parametrize("config", list(COVERED_BY), ids=[c.stem for c in COVERED_BY])
+def test_config_resolves_onto_a_fitted_path(config: Path) -> None:
+    """A config that is not fitted (tests/cli/test_configs.py fits one per training path)
+    resolves through the CLI onto the training path of the config fitted for it: the switches
+    and schedules its class defaults fill in do not set it apart."""
+    assert training_path(resolved(config)) == training_path(resolved(COVERED_BY[config]))
 
 
 def test_every_config_has_a_snapshot() -> None:

@@ -8,66 +8,26 @@ callbacks, optimiser) is exercised as shipped.
 
 Configs that differ only in numbers the training code does not branch on (learning rates,
 margins, the dataset they name, noise ratios) take the same path through the code: one of
-them (the first by name) is fitted, and the others are resolved with the same override
-through the CLI (``--print_config``) and checked to be on that path. What each config
-resolves to, key by key, is tests/cli/test_config_snapshot.py's check.
+them (the first by name) is fitted, and each other one is resolved through the CLI as shipped
+(``--print_config``) and checked to be on that config's path by tests/cli/test_config_snapshot.py,
+which resolves every config for its key-by-key check anyway (the tiny override swaps the same
+DataModule and backbone sizes into both, so it cannot set them apart); the grouping is
+tests/config_paths.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import io
 import json
-import tempfile
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from config_override import CONFIGS, TINY_BACKBONE, tiny_override
+from config_override import TINY_BACKBONE, tiny_override
+from config_paths import COVERED_BY, EVAL_CONFIGS, FITTED, TRAIN_CONFIGS, training_path
 
 from ncl.cli import main
 from ncl.compose import merged
-
-
-def is_evaluation_only(config: Path) -> bool:
-    return merged(config)["model"]["class_path"].endswith("Pretrained")
-
-
-def training_path(resolved: dict[str, Any]) -> tuple:
-    """What decides which training code a config runs on tiny data for one epoch: the method,
-    backbone (and SGRAF's head) and DataModule classes, the augmentation, the method's
-    switches (booleans and strings) and, for each ``*_epochs`` count, whether it is above 0
-    (a warm-up or a schedule that starts in the only epoch, or not)."""
-    model = resolved["model"]
-    args = model.get("init_args", {})
-    backbone = args.get("backbone") or {}
-    augment = (resolved["data"].get("init_args", {}).get("augment") or {})
-    switches = sorted((k, v) for k, v in args.items() if isinstance(v, (bool, str)))
-    schedules = sorted((k, v > 0) for k, v in args.items()
-                       if k.endswith("_epochs") and isinstance(v, int) and not isinstance(v, bool))
-    return (model["class_path"], backbone.get("class_path"),
-            (backbone.get("init_args") or {}).get("module_name"), resolved["data"]["class_path"],
-            augment.get("class_path") if isinstance(augment, dict) else augment,
-            tuple(switches), tuple(schedules))
-
-
-def by_training_path(configs: list[Path]) -> dict[tuple, list[Path]]:
-    """The configs grouped by :func:`training_path` of their shipped (merged) form, in name order."""
-    groups: dict[tuple, list[Path]] = defaultdict(list)
-    for config in configs:
-        groups[training_path(merged(config))].append(config)
-    return dict(groups)
-
-
-TRAIN_CONFIGS = [c for c in CONFIGS if not is_evaluation_only(c)]
-EVAL_CONFIGS = [c for c in CONFIGS if is_evaluation_only(c)]
-PATHS = by_training_path(TRAIN_CONFIGS)
-#: One config per training path is fitted; each other config names the one fitted for it.
-FITTED = [group[0] for group in PATHS.values()]
-COVERED_BY = {c: group[0] for group in PATHS.values() for c in group[1:]}
 
 
 def test_grouping_separates_what_changes_the_training_code() -> None:
@@ -90,15 +50,6 @@ def test_grouping_separates_what_changes_the_training_code() -> None:
     augmented = {**base, "data": {"class_path": "D", "init_args": {"augment": {"class_path": "A"}}}}
     assert training_path(augmented) != training_path(base)
     assert sorted(FITTED + list(COVERED_BY)) == sorted(TRAIN_CONFIGS)  # every config is one or the other
-
-
-def resolved_with_override(config: Path, override: Path) -> dict[str, Any]:
-    """``ncl fit --config CONFIG --config OVERRIDE --print_config``, parsed."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as stop:
-        main(["fit", "--config", str(config), "--config", str(override), "--print_config"])
-    assert stop.value.code in (None, 0), stop.value.code
-    return yaml.safe_load(out.getvalue())
 
 
 @pytest.mark.parametrize("config", EVAL_CONFIGS, ids=[c.stem for c in EVAL_CONFIGS])
@@ -135,25 +86,6 @@ def test_evaluation_config_tests_official_checkpoints(config: Path, tmp_path: Pa
     for by_protocol in results.values():  # the config's protocols (COCO: 5fold1k and 5k)
         assert list(by_protocol) == protocols
         assert all(0 <= m["rsum"] <= 600 for m in by_protocol.values())
-
-
-@pytest.mark.parametrize("config", list(COVERED_BY), ids=[c.stem for c in COVERED_BY])
-def test_config_resolves_onto_a_fitted_path(config: Path, tmp_path: Path, synthetic_cache: Path) -> None:
-    """The config with the tiny override resolves through the CLI and is on the training path
-    of the config fitted for it (test_config_fits_on_tiny_data[<that config>])."""
-    twin = COVERED_BY[config]
-    mine = resolved_with_override(config, tiny_override(tmp_path, synthetic_cache, config))
-    assert mine["model"]["class_path"] == merged(config)["model"]["class_path"]
-    assert mine["data"]["class_path"].endswith("SyntheticDataModule")  # the override applies
-    assert training_path(mine) == fitted_path(twin, synthetic_cache)
-
-
-@functools.cache
-def fitted_path(config: Path, cache: Path) -> tuple:
-    """:func:`training_path` of a fitted config as the CLI resolves it with the tiny override
-    (once per config: several configs share it)."""
-    with tempfile.TemporaryDirectory() as folder:
-        return training_path(resolved_with_override(config, tiny_override(Path(folder), cache, config)))
 
 
 @pytest.mark.parametrize("config", FITTED, ids=[c.stem for c in FITTED])
