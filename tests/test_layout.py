@@ -21,6 +21,7 @@ LIGHTNING_ALLOWED = ("ncl.methods", "ncl.callbacks", "ncl.data.datamodule", "ncl
 RANKS: dict[str, int] = {
     "ncl": 0,                                              # errors, io, progress, console, compose
     "ncl.metrics": 1, "ncl.transport": 1, "ncl.models": 1,  # pure maths and networks
+    "ncl.numbers": 1,                                      # published/measured rows as data
     "ncl.data": 2,                                         # loading: splits, noise, DataModules
     "ncl.losses": 3, "ncl.training": 3,                    # losses; per-sample passes, plans
     "ncl.division": 4,                                     # GMM and the methods' divisions
