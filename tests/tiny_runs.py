@@ -49,9 +49,12 @@ METHODS: dict[str, dict[str, Any]] = tiny_cases()
 
 
 def method_config(root: Path, cache: Path, method: dict[str, Any], max_epochs: int, steps: int,
-                  trainer: dict[str, Any] | None = None, data: dict[str, Any] | None = None) -> Path:
+                  trainer: dict[str, Any] | None = None, data: dict[str, Any] | None = None,
+                  data_class: str = "ncl.data.datamodule.SyntheticDataModule") -> Path:
     """``root/config.yaml`` of a tiny run of ``method`` (an entry of :data:`METHODS`) on the
-    ``tiny`` preset with 40% image noise, Adam at 2e-3, ``seed_everything: 0``."""
+    ``tiny`` preset with 40% image noise, Adam at 2e-3, ``seed_everything: 0``; ``data_class``
+    another generated DataModule with the same options (NoW's layout:
+    ``ncl.data.now_synthetic.NowSyntheticDataModule``)."""
     model = {"class_path": method["class_path"],
              "init_args": {"backbone": {"class_path": "ncl.models.sgraf.SGRAF", "init_args": TINY_SGRAF},
                            **method["init_args"],  # a case may name its own backbone (IN2R's VSE)
@@ -61,7 +64,7 @@ def method_config(root: Path, cache: Path, method: dict[str, Any], max_epochs: i
     return save_config(root, {
         "seed_everything": 0, "model": model,
         "trainer": tiny_trainer(root, max_epochs, steps, **(trainer or {})),
-        "data": {"class_path": "ncl.data.datamodule.SyntheticDataModule", "init_args": data_args}})
+        "data": {"class_path": data_class, "init_args": data_args}})
 
 
 def save_config(root: Path, cfg: dict[str, Any]) -> Path:
