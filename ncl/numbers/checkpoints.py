@@ -53,7 +53,7 @@ FORMATS: dict[str, tuple[str, bool]] = {
     "official_pair": (
         "official .pth.tar in NCR's layout: model_A and model_B, each a list of three SGRAF "
         "state dicts [img_enc, txt_enc, sim_enc], and the options as an argparse Namespace "
-        "under opt; no <mask> embedding row", True),
+        "under opt; no `<mask>` embedding row", True),
     "official_single": (
         "official .pth.tar with one network under model (RCL, CRCL, DECL layout)", True),
 }
