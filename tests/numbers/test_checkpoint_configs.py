@@ -35,7 +35,7 @@ def resolve(args: list[str]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("method", "checkpoint", "config"), CASES,
-                         ids=[f"{m}-{c.name}-{cfg.rsplit('_', 1)[-1]}" for m, c, cfg in CASES])
+                         ids=[f"{m}-{c.name}-{Path(cfg).stem}" for m, c, cfg in CASES])
 def test_the_record_resolves_in_ncl_test(method: str, checkpoint: Checkpoint, config: str) -> None:
     resolved = resolve(["test", "--config", config, *checkpoint.overrides()])
     model = resolved["model"]
