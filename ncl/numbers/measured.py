@@ -237,6 +237,10 @@ def read_summary(path: Path, labels: dict[str, str]) -> dict[str, dict[Key, Stat
         stat = Stat(_optional(path, line, "n", row["n"], int), _number(path, line, "mean", row["mean"]),
                     _optional(path, line, "std", row["std"]), _optional(path, line, "min", row["min"]),
                     _optional(path, line, "max", row["max"]))
+        if (stat.n is not None and stat.n < 1) or (stat.std is not None and stat.std < 0) or not (
+                (stat.low is None or stat.low <= stat.mean) and (stat.high is None or stat.mean <= stat.high)):
+            raise _fail(path, line, f"n {stat.n}, mean {stat.mean}, std {stat.std}, range [{stat.low}, {stat.high}]: "
+                                    "expected n >= 1, std >= 0 and min <= mean <= max")
         key = _key(kind, ratio, stage, metric)
         if key in found.setdefault(label, {}):
             raise _fail(path, line, f"a second value for {label!r} at {key}")

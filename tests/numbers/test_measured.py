@@ -111,6 +111,8 @@ def test_detection_rows_of_one_group_come_stage_by_stage(data: Path) -> None:
      r"b\.summary\.csv, line 2: stage 'test', metric 'f1'"),
     ("b.summary.csv", ",".join(SUMMARY_COLUMNS) + "\nB,clean,0.2,test,rsum,3,1.0,,,\n",
      r"b\.summary\.csv, line 2: .*ratio 0 is the kind 'clean'"),
+    ("b.summary.csv", ",".join(SUMMARY_COLUMNS) + "\nB,caption,0.2,test,rsum,3,420.0,10.0,390.0,410.0\n",
+     r"b\.summary\.csv, line 2: n 3, mean 420\.0, .*min <= mean <= max"),
     ("b.json", "{\"order\": 1}", r"b\.json: missing keys \['labels'"),
     ("b.json", "{oops", r"b\.json, line 1: not valid JSON"),
 ])
