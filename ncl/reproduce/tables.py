@@ -12,17 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from ncl.io import atomic_write, atomic_write_text
+from ncl.numbers.measured import CELL_COLUMNS, flat_row
+from ncl.numbers.stats import mean_std
 from ncl.reproduce.grid import CLEAN, Cell
-from ncl.reproduce.records import DETECTION, MEDIAN_RANKS, RECALLS, backfill_detection
-
-
-def mean_std(values: list[float], digits: int = 1) -> str:
-    """``mean ± std`` over seeds (sample std), ``mean`` for one value, ``-`` for none."""
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+from ncl.reproduce.records import DETECTION, RECALLS, backfill_detection
 
 
 def _in_kind(record: dict[str, Any], kind: str) -> bool:
@@ -217,14 +210,11 @@ def write_outputs(out: Path, records: list[dict[str, Any]], cells: list[Cell], k
                      f"wall, {sum(cpu) / 3600:.2f} h CPU (cells.csv has each cell's).\n")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "results.md", "\n".join(parts))
-    flat = io.StringIO()
-    keys = ["id", "label", "method", "backbone", "noise_type", "noise", "seed", *RECALLS, *MEDIAN_RANKS,
-            "best_val_rsum", "last_val_rsum", "fit_seconds", "test_seconds", "wall_seconds", "cpu_seconds",
-            "resumed", "finished"]
-    writer = csv.DictWriter(flat, fieldnames=keys, extrasaction="ignore")
+    flat = io.StringIO()  # the columns of a measured rows' file (ncl.numbers.measured)
+    writer = csv.DictWriter(flat, fieldnames=CELL_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for r in records:
-        writer.writerow({**r, **r["test"], "last_val_rsum": (r.get("val_rsums") or [None])[-1]})
+        writer.writerow(flat_row(r))
     atomic_write_text(out / "cells.csv", flat.getvalue())
     if records:
         plot(records, kinds, labels, out / "rsum_vs_noise.png")
