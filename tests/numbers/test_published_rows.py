@@ -5,6 +5,8 @@ and line."""
 from __future__ import annotations
 
 import csv
+import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -123,3 +125,19 @@ def test_a_row_recorded_twice_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(pub.PublishedDataError, match=r"b\.csv, line 2 \(row X1\).*already in a\.csv"):
         pub.load(tmp_path)
     assert len(pub.load(tmp_path / "nothing")) == 0
+
+
+def test_every_config_a_row_names_exists() -> None:
+    """The ``train`` column's config names (braces expanded) are files in ``configs/``."""
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    missing = set()
+    for row in ROWS:
+        for name in re.findall(r"`([a-z0-9_{},]+)`", row.train):
+            if name.startswith("_") or "_" not in name:
+                continue
+            parts = re.split(r"\{([^{}]*)\}", name)
+            choices = [[p] if i % 2 == 0 else p.split(",") for i, p in enumerate(parts)]
+            for stem in ("".join(c) for c in itertools.product(*choices)):
+                if not (configs / f"{stem}.yaml").is_file():
+                    missing.add(f"{row.where}: {stem}")
+    assert sorted(missing) == []
