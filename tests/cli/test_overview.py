@@ -27,7 +27,7 @@ def test_help_says_what_ncl_is_and_lists_every_subcommand(capsys: pytest.Capture
     assert code == 0 and err == ""
     assert out.startswith("ncl: learning image-text retrieval from noisy correspondence.")
     listed = [line.split()[0] for line in out.splitlines() if line.startswith("  ")]
-    assert listed == ["fit", "validate", "test", "predict", "data"]
+    assert listed == ["fit", "validate", "test", "predict", "data", "results"]
     assert "python -m ncl.reproduce" in out
     assert "Lightning Trainer command line tool" not in out
 
@@ -41,10 +41,10 @@ def test_the_listed_subcommands_are_the_ones_that_run(capsys: pytest.CaptureFixt
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    ([], "ncl: error: no subcommand given; one of fit, validate, test, predict, data"),
+    ([], "ncl: error: no subcommand given; one of fit, validate, test, predict, data, results"),
     (["fitt", "--config", "x.yaml"], "ncl: error: unknown subcommand 'fitt'; did you mean fit?"),
     (["prdict"], "ncl: error: unknown subcommand 'prdict'; did you mean predict?"),
-    (["zzz"], "ncl: error: unknown subcommand 'zzz'; one of fit, validate, test, predict, data"),
+    (["zzz"], "ncl: error: unknown subcommand 'zzz'; one of fit, validate, test, predict, data, results"),
 ])
 def test_a_missing_or_unknown_subcommand_is_one_line(capsys: pytest.CaptureFixture,
                                                       argv: list[str], message: str) -> None:
