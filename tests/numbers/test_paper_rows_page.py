@@ -10,10 +10,13 @@ from ncl.numbers import pages
 from ncl.numbers.published import load
 
 ROWS = load()
+#: The page in this checkout (the module's default path points at the same file).
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "paper_rows.md"
 
 
 def test_the_page_equals_what_the_command_prints() -> None:
-    page = pages.PAPER_ROWS_PAGE.read_text(encoding="utf-8")
+    assert pages.PAPER_ROWS_PAGE == PAGE
+    page = PAGE.read_text(encoding="utf-8")
     assert pages.replace_blocks(page, pages.paper_rows_blocks(ROWS)) == page, (
         "docs/paper_rows.md differs from the data: python -m ncl.numbers.pages paper-rows --write")
 
