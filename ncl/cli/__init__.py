@@ -6,8 +6,9 @@ runs the application of :mod:`ncl.cli.app`.
 ``ncl predict ... --out FILE`` ranks a split's pairs by how likely they are mismatched
 (:mod:`ncl.evaluation.ranking`).
 ``ncl data noise list|identify|convert``, ``ncl data check`` and ``ncl data get`` inspect
-data and noise files and download archives (:mod:`ncl.cli.data_cli`); they are handled before
-LightningCLI.
+data and noise files and download archives (:mod:`ncl.cli.data_cli`); like every tool
+subcommand (a module ``ncl/cli/<name>_cli.py``, :func:`ncl.cli.overview.tool_module`) they are
+handled before LightningCLI.
 Methods (``model``) and DataModules (``data``) are chosen by ``class_path`` in YAML; the
 resolved config is saved as ``config.yaml`` in every run directory. User errors end with one
 ``ncl: error:`` line and exit status 2.
@@ -15,6 +16,7 @@ resolved config is saved as ``config.yaml`` in every run directory. User errors 
 
 from __future__ import annotations
 
+import importlib
 import os
 import shlex
 import signal
@@ -25,7 +27,7 @@ from contextlib import contextmanager
 import lightning as L
 
 from ncl.cli.app import NclCLI, added_callbacks  # noqa: F401 - re-exported: names users and tests import
-from ncl.cli.overview import top_level
+from ncl.cli.overview import tool_module, top_level
 from ncl.cli.parser import (  # noqa: F401 - re-exported as well
     _OUTPUT_ROOTS,
     UNAVAILABLE,
@@ -50,11 +52,11 @@ def _root_cause(err: BaseException) -> BaseException:
     return err
 
 
-def _run_data(argv: list[str]) -> None:
-    """``ncl data ...`` (:mod:`ncl.cli.data_cli`); exits with its status when it is not 0."""
-    from ncl.cli.data_cli import main as data_main  # imported here: fit/test never need it
-
-    status = data_main(argv)
+def _run_tool(module: str, argv: list[str]) -> None:
+    """``ncl data ...``, ``ncl results ...``: a tool subcommand (a ``*_cli`` module of
+    :mod:`ncl.cli`, imported here: fit/test never need it); exits with its status when it is
+    not 0."""
+    status = importlib.import_module(module).main(argv)
     if status:
         raise SystemExit(status)
 
@@ -105,8 +107,9 @@ def main(args: Sequence[str] | None = None) -> None:
     """Console entry point. User errors end with one message and exit status 2."""
     configure_console()
     argv = list(args) if args is not None else sys.argv[1:]
-    if argv[:1] == ["data"]:  # file tools, not a Lightning run: no trainer, config or run folder
-        _run_data(argv[1:])
+    tool = tool_module(argv[0]) if argv else None
+    if tool is not None:  # file tools, not a Lightning run: no trainer, config or run folder
+        _run_tool(tool, argv[1:])
         return
     subcommand = _subcommand_of(argv)
     status = top_level(argv, subcommand)  # ncl, ncl --help, ncl fitt: before LightningCLI

@@ -31,6 +31,9 @@ from ncl.data import noise_registry as registry
 from ncl.data.facts import DATASETS, TRAIN_COUNTS
 from ncl.errors import NclUserError
 
+#: This module's line in ``ncl --help`` (:mod:`ncl.cli.overview` finds ``*_cli`` modules).
+SUMMARY = ("check a dataset folder, identify or convert noise files, download archives "
+           "(ncl data check|noise|get)")
 #: Exit status of a user error, as everywhere in ``ncl`` (argparse's own convention).
 USAGE_ERROR = 2
 #: The module ``ncl data check`` runs; imported only when the command is used, so that the

@@ -361,7 +361,7 @@ CASES = [
      2, E + "ncl predict needs --out FILE (.csv or .parquet)"),
     # subcommands
     ('no subcommand', [],
-     2, E + 'no subcommand given; one of fit, validate, test, predict, data (ncl --help says what each'),
+     2, E + 'no subcommand given; one of fit, validate, test, predict, data, results (ncl --help says what each'),
     ('ncl fitt', ["fitt"],
      2, E + "unknown subcommand 'fitt'; did you mean fit?"),
     ('ncl tset', ["tset"],
