@@ -4,8 +4,8 @@
 [--format markdown|csv]`` prints the rows of ``ncl/numbers/published/*.csv`` for that setting
 (:mod:`ncl.numbers.results`): method, paper and table, backbone, single model or ensemble,
 noise file, protocol, checkpoint selection, the six recalls and rSum, with the differences
-that matter marked; ncl's measured rows follow where a preset covers the setting
-(:func:`ncl.numbers.results.measured_lines`). Reads files and prints: no trainer, config or
+that matter marked. ``--dataset synthetic-small`` (a preset with measured rows) prints ncl's
+grid rows of that setting instead (:func:`ncl.numbers.results.measured_lines`). Reads files and prints: no trainer, config or
 run folder. A mistake is one ``ncl: error:`` line and exit status 2.
 """
 

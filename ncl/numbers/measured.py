@@ -289,6 +289,18 @@ def load_preset(preset: str, root: Path = MEASURED) -> list[MeasuredRow]:
     return rows
 
 
+def noise_kinds(preset: str, root: Path = MEASURED) -> list[str]:
+    """The synthetic noise kinds ``preset``'s rows measure (the clean cells aside)."""
+    return sorted({k[0] for row in load_preset(preset, root) for k in row.stats} - {CLEAN})
+
+
+def ratios(preset: str, noise_kind: str, root: Path = MEASURED) -> list[float]:
+    """The ratios of ``noise_kind`` measured in ``preset`` (0: the clean cells)."""
+    found = {k[1] for row in load_preset(preset, root) for k in row.stats
+             if k[0] in (noise_kind, CLEAN) and k[2] == TEST}
+    return sorted(found)
+
+
 def rows_for(preset: str, noise_kind: str, ratio: float, root: Path = MEASURED) -> list[RowAtSetting]:
     """Every measured row of ``preset`` at one setting: test recalls and rSum over seeds
     (mean, std, min, max; for aggregate-only rows whatever was recorded). Ratio 0 is the

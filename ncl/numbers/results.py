@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ncl.errors import NclUserError
+from ncl.numbers import measured
+from ncl.numbers.stats import format_stat
 from ncl.numbers.published import (
     DATA_NAMES,
     DATASETS,
@@ -92,8 +94,11 @@ def resolve_setting(rows: Sequence[PublishedRow], dataset: str, noise: str, rati
             not tested with, a ratio with real noise or none with synthetic noise, a ratio
             that is no number or has no recorded row (the message lists the recorded ones).
     """
+    if dataset in measured.presets():
+        return _measured_setting(dataset, noise, ratio, protocol)
     if dataset not in DATASETS:
-        raise NclUserError(f"--dataset {dataset!r}: unknown dataset; one of {', '.join(DATASETS)}")
+        raise NclUserError(f"--dataset {dataset!r}: unknown dataset; one of "
+                           f"{', '.join((*DATASETS, *measured.presets()))}")
     if noise not in NOISE_KINDS:
         raise NclUserError(f"--noise {noise!r}: unknown noise kind; one of {', '.join(NOISE_KINDS)}")
     if protocol is not None:
@@ -151,18 +156,59 @@ def _line(row: PublishedRow, setting: Setting, others: dict[int, list[PublishedR
         marks=_marks(row, setting, others))
 
 
-def measured_lines(setting: Setting) -> list[ResultLine]:
-    """HOOK: ncl's measured rows for ``setting``, shown beside the published ones.
+def _measured_setting(preset: str, noise: str, ratio: str | None, protocol: str | None) -> Setting:
+    """A setting of one of ncl's measured presets (``--dataset synthetic-small``): its grid
+    tests the 1k protocol on its own test images; ratio 0 is the clean cells of either kind."""
+    kinds = measured.noise_kinds(preset)
+    if noise not in kinds:
+        raise NclUserError(f"--noise {noise!r}: the {preset} rows measure {', '.join(kinds)} noise")
+    if protocol not in (None, "1k"):
+        raise NclUserError(f"--protocol {protocol}: {preset} is tested with 1k only")
+    recorded = measured.ratios(preset, noise)
+    if ratio is None:
+        raise NclUserError(f"--noise {noise} needs --ratio; measured for {preset}: "
+                           f"{_ratio_list(recorded)}")
+    try:
+        value = float(ratio)
+    except ValueError:
+        raise NclUserError(f"--ratio {ratio!r}: expected a fraction such as 0.2") from None
+    if not any(abs(value - r) < 1e-9 for r in recorded):
+        raise NclUserError(f"--ratio {ratio}: no measured {preset} {noise}-noise row at this "
+                           f"ratio; measured: {_ratio_list(recorded)}")
+    return Setting(preset, noise, value, "1k")
 
-    Returns none yet. The measured-rows module (``ncl.numbers.measured``, the grid's per-cell
-    records) plugs in here: one :class:`ResultLine` per preset that covers the setting, with
-    ``origin`` "ncl measured" and its seeds' spread in ``marks``."""
-    return []
+
+def measured_lines(setting: Setting) -> list[ResultLine]:
+    """ncl's measured rows for ``setting`` (:func:`ncl.numbers.measured.rows_for`): one line
+    per grid row of a measured preset (``--dataset synthetic-small``), recalls and rSum as
+    means over the seeds, the spread and the count in ``marks``. A paper dataset has none:
+    no preset that runs on the real features has records yet."""
+    if setting.dataset not in measured.presets() or setting.ratio is None:
+        return []
+    lines = []
+    for row in measured.rows_for(setting.dataset, setting.noise, setting.ratio):
+        prov = row.provenance
+        rsum = row.recalls["rsum"]
+        seeds = f"{rsum.n} seeds" if rsum.n else "seeds not recorded"
+        marks = [f"rSum {format_stat(rsum, with_range=True)} over {seeds}"]
+        if row.source == "summary":
+            marks.append("aggregate only: the per-cell records were lost")
+        lines.append(ResultLine(
+            origin="ncl measured", method=row.label, row=prov.path.stem,
+            source=f"ncl grid at {prov.commit.split()[0]}", backbone="-", model="-",
+            noise_file=f"drawn per seed ({setting.noise})" if setting.ratio else "-",
+            protocol="1k", selection="validation rSum",
+            recalls=tuple(f"{row.recalls[m].mean:.1f}" if m in row.recalls else ""
+                          for m in measured.RECALLS[:-1]),
+            rsum=f"{rsum.mean:.1f}", rsum_printed=True, marks=tuple(marks)))
+    return lines
 
 
 def result_lines(rows: Sequence[PublishedRow], setting: Setting) -> list[ResultLine]:
     """Every published row of the setting, the same method and model together (papers side by
     side, by protocol, method, backbone, year), then ncl's measured rows."""
+    if setting.dataset in measured.presets():
+        return measured_lines(setting)
     chosen = rows_for(rows, setting.dataset, setting.noise, setting.ratio, setting.protocol)
     others: dict[int, list[PublishedRow]] = {}
     for group in quoted_by_several(chosen):
@@ -178,6 +224,8 @@ def _has_numbers(row: PublishedRow) -> bool:
 
 def without_numbers(rows: Sequence[PublishedRow], setting: Setting) -> list[PublishedRow]:
     """The setting's rows recorded without any number (their paper was not available)."""
+    if setting.dataset in measured.presets():
+        return []
     chosen = rows_for(rows, setting.dataset, setting.noise, setting.ratio, setting.protocol)
     return [row for row in chosen if not _has_numbers(row)]
 
@@ -201,6 +249,9 @@ def markdown(lines: Sequence[ResultLine], setting: Setting,
     papers = len({line.source.split(" ")[0] for line in lines if line.origin == "published"})
     head = (f"Published rows for {setting.describe()}: {len(lines)} rows from {papers} papers "
             "(docs/paper_rows.md says which ncl config trains each)")
+    if setting.dataset in measured.presets():
+        head = (f"ncl's measured rows for {setting.describe()}: {len(lines)} rows, means over "
+                "seeds (docs/results.md tells how each was run)")
     first = 0 if any(line.origin != "published" for line in lines) else 1  # origin when mixed
     table = ["| " + " | ".join(COLUMNS[first:]) + " |", "|" + "---|" * (len(COLUMNS) - first)]
     table += ["| " + " | ".join(c.replace("|", "/") for c in _cells(line)[first:]) + " |"
@@ -211,9 +262,13 @@ def markdown(lines: Sequence[ResultLine], setting: Setting,
               "paper does not say). Σ: the sum of the six recalls (the table prints no rSum). "
               "Blank recalls: '-' in the paper.")
     tail = []
+    if setting.dataset not in measured.presets():
+        tail = ["", "ncl's own rows: none measured on the real features yet (`python -m "
+                "ncl.reproduce --preset paper`); the synthetic benchmark's: `ncl results "
+                f"--dataset {' / '.join(measured.presets())} --noise caption|image --ratio R`."]
     if missing:
         names = ", ".join(f"{row.label} ({row.row})" for row in missing)
-        tail = ["", f"Recorded without numbers (paper not available here): {names}."]
+        tail += ["", f"Recorded without numbers (paper not available here): {names}."]
     return "\n".join([head, "", *table, "", legend, *tail])
 
 

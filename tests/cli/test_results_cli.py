@@ -87,9 +87,40 @@ def test_measured_rows_hook(capsys: pytest.CaptureFixture, monkeypatch: pytest.M
     assert "| origin | method |" in out
 
 
+def test_measured_preset_rows(capsys: pytest.CaptureFixture) -> None:
+    """``--dataset synthetic-small``: ncl's grid rows at one setting, means over seeds from the
+    shipped records; IN2R's from its per-cell file, recomputed here from the CSV."""
+    from ncl.numbers.measured import MEASURED
+
+    out = run_ok(capsys, "results", "--dataset", "synthetic-small", "--noise", "caption",
+                 "--ratio", "0.5", "--format", "csv")
+    lines = {line["method"]: line for line in csv.DictReader(io.StringIO(out))}
+    assert {line["origin"] for line in lines.values()} == {"ncl measured"}
+    cells = [r for r in csv.DictReader((MEASURED / "synthetic-small" / "in2r.csv").open())
+             if r["noise_type"] == "caption" and float(r["noise"]) == 0.5]
+    assert len(cells) == 3  # three seeds
+    in2r = lines["IN2R-VSE (issue 47 defaults)"]
+    assert float(in2r["rSum"]) == round(sum(float(r["rsum"]) for r in cells) / 3, 1)
+    assert float(in2r["i2t R@1"]) == round(sum(float(r["i2t_r1"]) for r in cells) / 3, 1)
+    assert "over 3 seeds" in in2r["marks"] and "aggregate only" not in in2r["marks"]
+    assert lines["RCL-SGR"]["rSum"] == "529.7" and "aggregate only" in lines["RCL-SGR"]["marks"]
+    clean = run_ok(capsys, "results", "--dataset", "synthetic-small", "--noise", "image", "--ratio", "0")
+    assert clean.startswith("ncl's measured rows for synthetic-small, image noise 0 %, protocol 1k:")
+    assert "| RCL-SGR | main |" in clean and "553.3" in clean  # the clean cells stand for ratio 0
+    real = run_ok(capsys, "results", "--dataset", "f30k", "--noise", "caption", "--ratio", "0.2")
+    assert "ncl's own rows: none measured on the real features yet" in real
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--dataset", "flickr", "--noise", "caption", "--ratio", "0.2"],
-     "ncl: error: --dataset 'flickr': unknown dataset; one of f30k, coco, cc152k"),
+     "ncl: error: --dataset 'flickr': unknown dataset; one of f30k, coco, cc152k, synthetic-small"),
+    (["--dataset", "synthetic-small", "--noise", "caption", "--ratio", "0.4"],
+     "ncl: error: --ratio 0.4: no measured synthetic-small caption-noise row at this ratio; "
+     "measured: 0, 0.2, 0.5, 0.8"),
+    (["--dataset", "synthetic-small", "--noise", "real"],
+     "ncl: error: --noise 'real': the synthetic-small rows measure caption, image noise"),
+    (["--dataset", "synthetic-small", "--noise", "image", "--ratio", "0.2", "--protocol", "5k"],
+     "ncl: error: --protocol 5k: synthetic-small is tested with 1k only"),
     (["--dataset", "f30k", "--noise", "shuffle", "--ratio", "0.2"],
      "ncl: error: --noise 'shuffle': unknown noise kind; one of caption, image, real"),
     (["--dataset", "f30k", "--noise", "caption", "--ratio", "0.3"],
