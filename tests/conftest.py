@@ -40,7 +40,7 @@ _next_port = itertools.count(os.getpid() % 1000)
 def master_port(monkeypatch: pytest.MonkeyPatch) -> int:
     """A MASTER_PORT of its own for every test, from this worker's block of ports.
 
-    Two-process runs (``ddp_spawn`` in this process, ``--trainer.devices=2`` in a child) meet
+    Two-process runs (``ddp_fork``/``ddp_spawn`` from this process, ``--trainer.devices=2`` in a child) meet
     on MASTER_PORT. Lightning otherwise asks the OS for a free port and then leaves it in
     os.environ for the rest of the process: two parallel workers could draw the same one, and
     a run that reuses the previous run's port can find it still held (TIME_WAIT)."""

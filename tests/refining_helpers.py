@@ -4,9 +4,7 @@ every piece boundary, and a killed run with extra arguments."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import lightning as L
@@ -14,7 +12,7 @@ import torch
 
 from ncl.callbacks.self_refining import REINIT_STREAM
 from ncl.data.samplers import epoch_seed
-from launch import launch
+import resume_helpers
 
 TESTS = Path(__file__).resolve().parent
 
@@ -48,11 +46,7 @@ class BoundaryCheck(L.Callback):
 
 
 def fit_killed_at(config: Path, step: int, extra: list[str]) -> subprocess.CompletedProcess:
-    """``ncl fit --config config *extra`` in a child process, SIGKILLed after optimiser step
-    ``step`` (``resume_helpers.KillAtStep``; its return code is then -9)."""
-    path = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "ncl.cli", "fit", "--config", str(config), *extra,
-           "--trainer.callbacks+=resume_helpers.KillAtStep", f"--trainer.callbacks.step={step}"]
-    return launch(cmd, cwd=config.parent, env=env, capture_output=True, text=True,
-                          timeout=600)
+    """``ncl fit --config config *extra`` in a forked child process, SIGKILLed after optimiser
+    step ``step`` (``resume_helpers.fit_killed_at``, run in the config's folder; its return
+    code is then -9)."""
+    return resume_helpers.fit_killed_at(config, config.parent, step, extra)

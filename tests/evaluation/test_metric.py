@@ -177,8 +177,8 @@ def metric_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
 
 def test_two_gloo_processes_match_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    mp.spawn(spawnable(metric_worker), args=(2, str(tmp_path / "pg"), str(tmp_path)), nprocs=2,
-             join=True)
+    mp.start_processes(spawnable(metric_worker), args=(2, str(tmp_path / "pg"), str(tmp_path)),
+                       nprocs=2, join=True, start_method="fork")  # fork: tiny_runs.DDP_TRAINER
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
     img_batches = batches(shares(N_IMG, 0), 2) + batches(shares(N_IMG, 1), 2)  # rank order
     cap_batches = batches(shares(N_CAP, 0), 3) + batches(shares(N_CAP, 1), 4)

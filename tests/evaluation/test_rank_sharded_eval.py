@@ -149,8 +149,8 @@ def sim_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
 
 def test_two_gloo_processes_match_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    mp.spawn(spawnable(sim_worker), args=(2, str(tmp_path / "pg"), str(tmp_path)), nprocs=2,
-             join=True)
+    mp.start_processes(spawnable(sim_worker), args=(2, str(tmp_path / "pg"), str(tmp_path)),
+                       nprocs=2, join=True, start_method="fork")  # fork: tiny_runs.DDP_TRAINER
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
     net = tiny_sgraf(0).eval()
     ref = {"dot": sharded_similarity(dot_sim, *dot_data(), shard_size=3),
@@ -213,7 +213,7 @@ def test_two_process_validate_equals_one(tmp_path: Path, synthetic_cache: Path,
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     method = {"class_path": "ncl.methods.baselines.Triplet", "init_args": {"eval_shard_size": 8}}
     metrics = {}
-    for devices, strategy in ((1, "auto"), (2, "ddp_spawn")):
+    for devices, strategy in ((1, "auto"), (2, "ddp_fork")):  # fork: see tiny_runs.DDP_TRAINER
         root = tmp_path / f"world{devices}"
         config = method_config(root, synthetic_cache, method, max_epochs=1, steps=1,
                                trainer={"devices": devices, "strategy": strategy})

@@ -111,7 +111,7 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path: Path, synthetic_cache: P
 
 def test_two_cpu_processes_fit_resume_test(tmp_path: Path, synthetic_cache: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """DDP (ddp_spawn, gloo): the per-step label writes and the re-initialisation keep the
+    """DDP (ddp_fork, gloo): the per-step label writes and the re-initialisation keep the
     ranks identical; validation counts every sample once although the sizes are odd (padded
     shards); checkpoint, resume and test. Then the paper rule, whose eval pass is sharded
     over the ranks and gathered by index."""

@@ -127,7 +127,7 @@ def test_resume_equals_uninterrupted(tmp_path: Path, synthetic_cache: Path, how:
 
 def test_two_cpu_processes_fit_resume_test(tmp_path: Path, synthetic_cache: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """DDP (ddp_spawn, gloo): the division pass is sharded over the ranks and gathered by
+    """DDP (ddp_fork, gloo): the division pass is sharded over the ranks and gathered by
     index, the GMM fit broadcast from rank 0, so every rank holds the same division and
     pseudo-labels; every pair is divided once and validation counts every sample once
     although the sizes are odd (padded shards); checkpoint, resume and test."""

@@ -30,7 +30,8 @@ def test_single_process_helpers() -> None:
 def test_two_gloo_processes_match_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Same weights -> the same per-sample losses and division with 1 or 2 processes."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # read by the spawned processes' torch
-    mp.spawn(ddp_worker, args=(2, str(tmp_path / "pg"), str(tmp_path)), nprocs=2, join=True)
+    mp.start_processes(ddp_worker, args=(2, str(tmp_path / "pg"), str(tmp_path)),
+                       nprocs=2, join=True, start_method="fork")  # fork: tiny_runs.DDP_TRAINER
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
 
     nets = [tiny_sgraf(0), tiny_sgraf(1)]

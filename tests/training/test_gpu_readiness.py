@@ -87,7 +87,8 @@ def test_a_rank_without_batches_gathers_three_columns(tmp_path: Path,
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     # importable by the spawned processes through tests/ on sys.path (see test_sharded_passes)
     worker = importlib.import_module(f"training.{Path(__file__).stem}").empty_rank_worker
-    mp.spawn(worker, args=(2, str(tmp_path / "pg"), str(tmp_path)), nprocs=2, join=True)
+    mp.start_processes(worker, args=(2, str(tmp_path / "pg"), str(tmp_path)),
+                       nprocs=2, join=True, start_method="fork")  # fork: tiny_runs.DDP_TRAINER
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
     alone = per_sample_pass([tiny_sgraf(0)], SgrafPairs(N_PAIRS),
                             [deal_batches(np.arange(N_PAIRS), BATCH)], three_columns,

@@ -220,6 +220,7 @@ def test_loss_check_flag_agrees_over_ranks(tmp_path: Path) -> None:
     """The loss check's one all-reduce (no barrier, no host copy first): every rank learns
     that some rank's loss is NaN/Inf, so all of them stop at the same step."""
     out = str(tmp_path / "flags")
-    mp.spawn(_any_rank_worker, args=(str(tmp_path / "store"), out), nprocs=2)
+    mp.start_processes(_any_rank_worker, args=(str(tmp_path / "store"), out),
+                       nprocs=2, start_method="fork")  # fork: tiny_runs.DDP_TRAINER
     expected = repr([want for _, want in ANY_RANK_CASES])
     assert [Path(f"{out}{r}").read_text() for r in range(2)] == [expected, expected]

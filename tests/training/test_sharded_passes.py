@@ -99,7 +99,8 @@ def test_two_gloo_processes_split_the_pass(tmp_path: Path, monkeypatch: pytest.M
     # importable by the spawned processes through tests/ on sys.path (pytest's importlib mode
     # names this module tests.training..., which they cannot import)
     worker = importlib.import_module(f"training.{Path(__file__).stem}").pass_worker
-    mp.spawn(worker, args=(2, str(tmp_path / "pg"), str(tmp_path)), nprocs=2, join=True)
+    mp.start_processes(worker, args=(2, str(tmp_path / "pg"), str(tmp_path)),
+                       nprocs=2, join=True, start_method="fork")  # fork: tiny_runs.DDP_TRAINER
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
 
     counter = CountingFn(mean_hinge(0.2))
