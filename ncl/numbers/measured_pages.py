@@ -155,7 +155,8 @@ def renderer(table: str) -> Callable[[list[MeasuredRow]], str]:
         return lambda rows: recall_table(rows, kind)
     if name == "detection" and kind:
         return lambda rows: detection_table(rows, kind)
-    raise NclUserError(f"unknown generated table {table!r}: rsum, purity, recalls <kind>, detection <kind>, table <name>")
+    raise NclUserError(f"unknown generated table {table!r}: "
+                       "rsum, purity, recalls <kind>, detection <kind>, table <name>")
 
 
 #: The table names a marker may carry (``<kind>``: a noise kind of the preset's data;

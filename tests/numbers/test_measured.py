@@ -184,7 +184,8 @@ def test_the_shipped_table_files_hold_the_values_the_page_shows() -> None:
     assert recon.cell("recon-no-im", "60 %") == "**527.8-529.5** (527.8 / 529.5)"
     seeds = [(p.seed, p.value) for p in recon.pieces if p.row == "recon" and p.column == "40 %"]
     assert seeds == [(0, "550.9"), (1, "541.0")]
-    curve = [p for p in load_table("benchmark", "negatives_saf").pieces if p.row == "saf-star" and p.metric == "val_rsum"]
+    curve = [p for p in load_table("benchmark", "negatives_saf").pieces
+             if p.row == "saf-star" and p.metric == "val_rsum"]
     assert [(p.epoch, p.value) for p in curve][4:6] == [(4, "221"), (5, "47")] and len(curve) == 14
     assert presets() == ["synthetic-small"] and (MEASURED / "synthetic-small" / "first_attempt.table.csv").is_file()
     assert "LNC-SGR with NCR's hinge prediction `P` (the older benchmark's `lnc` entry)" not in {
