@@ -393,6 +393,8 @@ def _piece(path: Path, line: int, row: dict[str, str], provenance: Provenance) -
         raise _fail(path, line, f"column {row['column']!r} is not one of the sidecar's 'columns' "
                                 f"{list(provenance.columns[1:])}")
     value, shown = row["value"] or None, row["shown"]
+    if "|" in shown or "\n" in shown:
+        raise _fail(path, line, f"'shown' {shown!r} holds '|' or a line break, which would split the table")
     if value is not None:
         if not PRINTED.fullmatch(value):
             raise _fail(path, line, f"column 'value' is {value!r}, not a number as printed")

@@ -226,6 +226,7 @@ def test_a_table_file_renders_its_pieces_in_file_order(data: Path) -> None:
     ("a,x,0,,,1.0,", r"t\.table\.csv, line 3: a value needs its 'metric'"),
     ("a,x,,,,,{} alone", r"t\.table\.csv, line 3: a piece without a value must be text"),
     ("a,x,zero,,rsum,1.0,", r"t\.table\.csv, line 3: column 'seed' is 'zero', not a number"),
+    ("a,x,0,,rsum,1.0,{} | 2", r"t\.table\.csv, line 3: 'shown' '\{\} \| 2' holds '\|'"),
 ])
 def test_a_bad_table_file_gives_one_error_naming_file_and_line(data: Path, line: str, message: str) -> None:
     table_file(data / "toy", [GOOD_TABLE[0], line])
