@@ -12,9 +12,21 @@ a new file, never an edit of a shared one):
   ``mean``, ``std``, ``min``, ``max`` as printed (:data:`SUMMARY_COLUMNS`; detection in %,
   ``n`` / ``std`` / ``min`` / ``max`` empty where the page did not print them). Never per-seed
   values.
-* ``<name>.json`` - the sidecar of either (:class:`Provenance`): the command, commit, machine
-  and load, dates, a note, the label each CSV label is shown as, and the file's ``order`` in
-  the tables.
+* ``<name>.table.csv`` - one measured table whose columns are not the grid's (single-seed
+  measurements, validation rSum per epoch, ...), one line per piece of a cell
+  (:data:`TABLE_COLUMNS`): the table ``row`` (a key of the sidecar's ``labels``) and
+  ``column`` (one of the sidecar's ``columns``) it stands in, the run it was measured on
+  (``seed``, ``epoch``; empty where not one), the ``metric`` (what was measured, with any
+  variant of the run's settings), the ``value`` as printed (empty for a piece of text only)
+  and ``shown``: the piece's text in its cell, ``{}`` standing for the value (empty: ``{}``
+  alone), ``{min}`` / ``{max}`` for the smallest / largest value of the cell's pieces of the
+  same metric (a range over seeds). A cell is its pieces' texts in file order. Table files are
+  never grid rows (:func:`load_preset` and :func:`rows_for` skip them); they are read by
+  :func:`load_table`.
+* ``<name>.json`` - the sidecar of any of them (:class:`Provenance`): the command, commit,
+  machine and load, dates, a note, the label each CSV label (a table's row key) is shown as,
+  and the file's ``order`` in the tables (rows only); a table's sidecar also gives its
+  ``columns`` (the header, the rows' header first).
 
 Pure: reads files, returns frozen records; a bad file raises :class:`MeasuredDataError`
 naming the file and the line.
@@ -24,6 +36,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -52,6 +65,12 @@ REQUIRED_CELL_COLUMNS = ("id", "label", "noise_type", "noise", "seed", *RECALLS)
 SUMMARY_COLUMNS = ("label", "noise_type", "noise", "stage", "metric", "n", "mean", "std", "min", "max")
 SIDECAR_REQUIRED = ("order", "labels", "command", "commit", "machine", "load", "dates", "note")
 SIDECAR_OPTIONAL = ("group", "tables", "cells")
+#: The columns of a ``<name>.table.csv`` file (one line per piece of a cell).
+TABLE_COLUMNS = ("row", "column", "seed", "epoch", "metric", "value", "shown")
+#: A table file's sidecar: no ``order`` (its place is its marker), its header as ``columns``.
+TABLE_SIDECAR_REQUIRED = tuple(k for k in SIDECAR_REQUIRED if k != "order") + ("columns",)
+TABLE_SUFFIX = ".table.csv"
+PRINTED = re.compile(r"-?\d+(\.\d+)?")
 
 #: ``(noise kind, ratio, stage, metric)``: the key of one aggregated value.
 Key = tuple[str, float, str, str]
@@ -88,6 +107,7 @@ class Provenance:
     group: str | None = None  # files of one group show their detection rows stage by stage
     tables: tuple[str, ...] = TABLES
     cells: str | None = None
+    columns: tuple[str, ...] = ()  # a table file's header (the rows' header first)
 
 
 @dataclass(frozen=True)
@@ -140,9 +160,9 @@ def _optional(path: Path, line: int, column: str, text: str | None, kind: type =
     return None if text in (None, "") else _number(path, line, column, text, kind)
 
 
-def read_sidecar(path: Path) -> Provenance:
+def read_sidecar(path: Path, table: bool = False) -> Provenance:
     """The sidecar ``<name>.json`` (keys :data:`SIDECAR_REQUIRED`, optional
-    :data:`SIDECAR_OPTIONAL`)."""
+    :data:`SIDECAR_OPTIONAL`; a table file's: :data:`TABLE_SIDECAR_REQUIRED`)."""
     if not path.exists():
         raise _fail(path, None, "missing: every measured CSV needs its sidecar <name>.json")
     try:
@@ -151,24 +171,29 @@ def read_sidecar(path: Path) -> Provenance:
         raise _fail(path, error.lineno, f"not valid JSON ({error.msg})") from None
     if not isinstance(data, dict):
         raise _fail(path, 1, "must hold one JSON object")
-    missing = [k for k in SIDECAR_REQUIRED if k not in data]
-    unknown = sorted(set(data) - set(SIDECAR_REQUIRED) - set(SIDECAR_OPTIONAL))
+    required, optional = (TABLE_SIDECAR_REQUIRED, ()) if table else (SIDECAR_REQUIRED, SIDECAR_OPTIONAL)
+    missing = [k for k in required if k not in data]
+    unknown = sorted(set(data) - set(required) - set(optional))
     if missing or unknown:
         raise _fail(path, None, f"missing keys {missing}, unknown keys {unknown} "
-                                f"(keys: {list(SIDECAR_REQUIRED)}, optional {list(SIDECAR_OPTIONAL)})")
+                                f"(keys: {list(required)}, optional {list(optional)})")
     labels = data["labels"]
     if not isinstance(labels, dict) or not labels or not all(isinstance(v, str) and v for v in labels.values()):
         raise _fail(path, None, "'labels' must map each CSV label to the label shown in the tables")
     tables = tuple(data.get("tables", TABLES))
     if not set(tables) <= set(TABLES):
         raise _fail(path, None, f"'tables' holds {sorted(set(tables) - set(TABLES))}; known: {list(TABLES)}")
-    if not isinstance(data["order"], (int, float)):
+    if not isinstance(data.get("order", 0), (int, float)):
         raise _fail(path, None, f"'order' is {data['order']!r}, not a number")
+    columns = data.get("columns", [])
+    if table and (not isinstance(columns, list) or len(columns) < 2
+                  or not all(isinstance(c, str) and c for c in columns)):
+        raise _fail(path, None, "'columns' must list the table's header, the rows' header first")
     text = {k: data[k] for k in ("command", "commit", "machine", "load", "dates", "note")}
     if not all(isinstance(v, str) and v.strip() for v in text.values()):
         raise _fail(path, None, "'command', 'commit', 'machine', 'load', 'dates' and 'note' must be non-empty text")
-    return Provenance(path=path, order=float(data["order"]), labels=dict(labels), group=data.get("group"),
-                      tables=tables, cells=data.get("cells"), **text)
+    return Provenance(path=path, order=float(data.get("order", 0)), labels=dict(labels), group=data.get("group"),
+                      tables=tables, cells=data.get("cells"), columns=tuple(columns), **text)
 
 
 def _rows(path: Path, required: Iterable[str]) -> list[tuple[int, dict[str, str]]]:
@@ -249,8 +274,8 @@ def read_summary(path: Path, labels: dict[str, str]) -> dict[str, dict[Key, Stat
 
 
 def sidecar_of(path: Path) -> Path:
-    """``<name>.json`` of ``<name>.csv`` or ``<name>.summary.csv``."""
-    name = path.name.removesuffix(".csv").removesuffix(".summary")
+    """``<name>.json`` of ``<name>.csv``, ``<name>.summary.csv`` or ``<name>.table.csv``."""
+    name = path.name.removesuffix(".csv").removesuffix(".summary").removesuffix(".table")
     return path.with_name(f"{name}.json")
 
 
@@ -269,16 +294,21 @@ def load_file(path: Path) -> list[MeasuredRow]:
     return [MeasuredRow(shown, source, provenance, stats[label]) for label, shown in provenance.labels.items()]
 
 
+def _row_files(folder: Path) -> list[Path]:
+    """The grid rows' files of a preset's folder (its table files aside)."""
+    return sorted(p for p in folder.glob("*.csv") if not p.name.endswith(TABLE_SUFFIX))
+
+
 def presets(root: Path = MEASURED) -> list[str]:
-    """The presets that have measured rows."""
-    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    """The presets that have measured rows (a folder of table files only has none)."""
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and _row_files(p)) if root.is_dir() else []
 
 
 def load_preset(preset: str, root: Path = MEASURED) -> list[MeasuredRow]:
     """Every row of a preset, ordered by the files' ``order`` and then their ``labels``."""
     if preset not in presets(root):
         raise MeasuredDataError(f"no measured rows for preset {preset!r}; measured presets: {presets(root)}")
-    files = sorted((root / preset).glob("*.csv"))
+    files = _row_files(root / preset)
     loaded = sorted(((load_file(p), p) for p in files), key=lambda item: (item[0][0].provenance.order, item[1].name))
     rows = [row for found, _ in loaded for row in found]
     shown: dict[str, Path] = {}
@@ -317,3 +347,77 @@ def rows_for(preset: str, noise_kind: str, ratio: float, root: Path = MEASURED) 
         if "rsum" in found:
             out.append(RowAtSetting(row.label, row.source, found["rsum"].n, found, row.provenance))
     return out
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One line of a table file: a piece of one cell (see the module docstring)."""
+
+    line: int
+    row: str
+    column: str
+    seed: int | None
+    epoch: int | None
+    metric: str
+    value: str | None  # as printed (its decimals kept)
+    shown: str
+
+
+@dataclass(frozen=True)
+class MeasuredTable:
+    """A ``<name>.table.csv`` file: its pieces and its sidecar (``labels``: row key -> shown
+    label, in the table's order; ``columns``: the header)."""
+
+    name: str
+    provenance: Provenance
+    pieces: tuple[Piece, ...]
+
+    def cell(self, row: str, column: str) -> str:
+        """The text of one cell: its pieces' texts in file order (empty when it has none)."""
+        pieces = [p for p in self.pieces if p.row == row and p.column == column]
+        out = []
+        for piece in pieces:
+            text = piece.shown
+            if piece.value is not None:
+                same = [p.value for p in pieces if p.metric == piece.metric and p.value is not None]
+                text = (text.replace("{min}", min(same, key=float)).replace("{max}", max(same, key=float))
+                        .replace("{}", piece.value))
+            out.append(text)
+        return "".join(out)
+
+
+def _piece(path: Path, line: int, row: dict[str, str], provenance: Provenance) -> Piece:
+    if row["row"] not in provenance.labels:
+        raise _fail(path, line, f"row {row['row']!r} is not in the sidecar's 'labels' {list(provenance.labels)}")
+    if row["column"] not in provenance.columns[1:]:
+        raise _fail(path, line, f"column {row['column']!r} is not one of the sidecar's 'columns' "
+                                f"{list(provenance.columns[1:])}")
+    value, shown = row["value"] or None, row["shown"]
+    if "|" in shown or "\n" in shown:
+        raise _fail(path, line, f"'shown' {shown!r} holds '|' or a line break, which would split the table")
+    if value is not None:
+        if not PRINTED.fullmatch(value):
+            raise _fail(path, line, f"column 'value' is {value!r}, not a number as printed")
+        if not row["metric"].strip():
+            raise _fail(path, line, "a value needs its 'metric'")
+        shown = shown or "{}"
+        if shown.count("{}") != 1:
+            raise _fail(path, line, f"'shown' {shown!r} must hold '{{}}' (the value) once")
+    elif not shown or "{" in shown:
+        raise _fail(path, line, f"a piece without a value must be text without placeholders, not {shown!r}")
+    return Piece(line, row["row"], row["column"], _optional(path, line, "seed", row["seed"], int),
+                 _optional(path, line, "epoch", row["epoch"], int), row["metric"], value, shown)
+
+
+def read_table(path: Path) -> MeasuredTable:
+    """A ``<name>.table.csv`` file and its sidecar; errors name the file and line."""
+    if not path.is_file():
+        raise _fail(path, None, "missing: no such table file")
+    provenance = read_sidecar(sidecar_of(path), table=True)
+    pieces = tuple(_piece(path, line, row, provenance) for line, row in _rows(path, TABLE_COLUMNS))
+    return MeasuredTable(path.name.removesuffix(TABLE_SUFFIX), provenance, pieces)
+
+
+def load_table(preset: str, name: str, root: Path = MEASURED) -> MeasuredTable:
+    """The table ``name`` of ``preset``: ``<root>/<preset>/<name>.table.csv``."""
+    return read_table(root / preset / f"{name}{TABLE_SUFFIX}")

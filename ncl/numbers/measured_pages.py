@@ -12,7 +12,9 @@ Tables (:data:`RENDERERS`): ``rsum`` (test rSum, ``mean ± std [min, max]``),
 ``recalls <kind>`` (the papers' layout: six recalls, rSum and ``n`` per ratio),
 ``detection <kind>`` (LNC Table 7 layout), ``purity`` (ReCon's clean sets). Rows come in
 the data's order (:func:`ncl.numbers.measured.load_preset`); columns are the kinds and
-ratios the data holds.
+ratios the data holds. ``table <name>`` is the table file ``<preset>/<name>.table.csv``
+(:func:`ncl.numbers.measured.load_table`): its sidecar's header and row labels, each cell
+the text of its pieces.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from typing import Callable
 from ncl.errors import NclUserError
 from ncl.io import atomic_write_text
 from ncl.numbers.measured import (CLEAN, DETECTION, MEASURED, RECALLS, STAGES, TEST, MeasuredRow,
-                                  load_preset)
+                                  MeasuredTable, load_preset, load_table)
 from ncl.numbers.stats import format_stat
 
-MARKER = re.compile(r"(<!-- generated: measured (?P<preset>\S+) (?P<table>[a-z ]+?) begin -->\n)"
+MARKER = re.compile(r"(<!-- generated: measured (?P<preset>\S+) (?P<table>[a-z0-9_ -]+?) begin -->\n)"
                     r"(?P<body>.*?)"
                     r"(<!-- generated: measured (?P=preset) (?P=table) end -->)", re.S)
 STAGE_NAMES = {"after_warmup": "after warm-up", "end": "end"}
@@ -132,6 +134,17 @@ def purity_table(rows: list[MeasuredRow]) -> str:
     return "\n".join(lines)
 
 
+def file_table(table: MeasuredTable) -> str:
+    """A table file as markdown: the sidecar's ``columns`` as header, one line per row label
+    (the sidecar's order), each cell its pieces' text (an empty cell as ``| |``)."""
+    columns = table.provenance.columns
+    lines = _head(list(columns))
+    for key, label in table.provenance.labels.items():
+        cells = [label] + [table.cell(key, column) for column in columns[1:]]
+        lines.append("|" + "".join(f" {c} |" if c else " |" for c in cells))
+    return "\n".join(lines)
+
+
 def renderer(table: str) -> Callable[[list[MeasuredRow]], str]:
     """The function that renders a marker's table name."""
     fixed: dict[str, Callable[[list[MeasuredRow]], str]] = {"rsum": rsum_table, "purity": purity_table}
@@ -142,11 +155,13 @@ def renderer(table: str) -> Callable[[list[MeasuredRow]], str]:
         return lambda rows: recall_table(rows, kind)
     if name == "detection" and kind:
         return lambda rows: detection_table(rows, kind)
-    raise NclUserError(f"unknown generated table {table!r}: rsum, purity, recalls <kind>, detection <kind>")
+    raise NclUserError(f"unknown generated table {table!r}: "
+                       "rsum, purity, recalls <kind>, detection <kind>, table <name>")
 
 
-#: The table names a marker may carry (``<kind>``: a noise kind of the preset's data).
-RENDERERS = ("rsum", "recalls <kind>", "detection <kind>", "purity")
+#: The table names a marker may carry (``<kind>``: a noise kind of the preset's data;
+#: ``<name>``: a table file of the preset).
+RENDERERS = ("rsum", "recalls <kind>", "detection <kind>", "purity", "table <name>")
 
 
 def render_page(text: str, root: Path = MEASURED) -> str:
@@ -155,6 +170,9 @@ def render_page(text: str, root: Path = MEASURED) -> str:
 
     def replace(match: re.Match[str]) -> str:
         preset = match["preset"]
+        if match["table"].startswith("table "):
+            body = file_table(load_table(preset, match["table"].removeprefix("table ").strip(), root))
+            return f"{match.group(1)}{body}\n{match.group(5)}"
         if preset not in cache:
             cache[preset] = load_preset(preset, root)
         return f"{match.group(1)}{renderer(match['table'])(cache[preset])}\n{match.group(5)}"

@@ -9,7 +9,8 @@ A generated table sits between ``<!-- generated: paper-rows NAME begin -->`` and
 ``<!-- generated: paper-rows NAME end -->``; the prose around it is written by hand. NAME is a
 ``section`` of the published rows (one table per section, rows in file order, one line per row
 id with its ratios side by side) or ``quoted`` (the rows several papers print for the same
-method and setting, where their numbers differ).
+method and setting, where their numbers differ) or ``ablations`` (the papers' ablation and
+side tables, :mod:`ncl.numbers.ablations`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ncl.numbers import ablations
 from ncl.numbers.published import PublishedRow, load, quoted_by_several, rsum_value
 
 #: The page whose tables :func:`paper_rows_blocks` generates (in a source checkout).
@@ -99,14 +101,17 @@ def quoted_table(rows: Sequence[PublishedRow]) -> str:
     return "\n".join(lines)
 
 
-def paper_rows_blocks(rows: Sequence[PublishedRow] | None = None) -> dict[str, str]:
-    """Every generated table of ``docs/paper_rows.md`` by marker name, in data order."""
+def paper_rows_blocks(rows: Sequence[PublishedRow] | None = None,
+                      ablation_lines: tuple[ablations.AblationLine, ...] | None = None) -> dict[str, str]:
+    """Every generated table of ``docs/paper_rows.md`` by marker name, in data order (the
+    shipped files where ``rows`` / ``ablation_lines`` is None)."""
     rows = load() if rows is None else rows
     sections: dict[str, list[PublishedRow]] = {}
     for row in rows:
         sections.setdefault(row.section, []).append(row)
     blocks = {name: section_table(members) for name, members in sections.items()}
     blocks["quoted"] = quoted_table(rows)
+    blocks["ablations"] = ablations.page_table(ablation_lines)
     return blocks
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from ncl.errors import NclUserError
-from ncl.numbers.measured import (CELL_COLUMNS, SUMMARY_COLUMNS, MeasuredDataError, flat_row, load_preset,
-                                  rows_for)
-from ncl.numbers.measured_pages import MARKER, detection_table, main, recall_table, render_page, rsum_table
+from ncl.numbers.measured import (CELL_COLUMNS, MEASURED, SUMMARY_COLUMNS, TABLE_COLUMNS, MeasuredDataError,
+                                  flat_row, load_preset, load_table, presets, rows_for)
+from ncl.numbers.measured_pages import (MARKER, detection_table, file_table, main, recall_table, render_page,
+                                        rsum_table)
 from ncl.numbers.stats import Stat, format_stat
 from ncl.reproduce.records import MEDIAN_RANKS, RECALLS
 
@@ -167,9 +168,81 @@ def test_results_page_equals_what_the_command_prints() -> None:
     """docs/results.md's grid tables are generated: fix a difference with
     ``python -m ncl.numbers.measured_pages --write`` (never by hand)."""
     text = PAGE.read_text(encoding="utf-8")
-    tables = {m["table"] for m in MARKER.finditer(text)}
-    assert tables == {"rsum", "recalls caption", "recalls image", "detection caption", "detection image", "purity"}
+    tables = {(m["preset"], m["table"]) for m in MARKER.finditer(text)}
+    grid = {"rsum", "recalls caption", "recalls image", "detection caption", "detection image", "purity"}
+    files = {("synthetic-small", "table first_attempt")} | {("benchmark", f"table {name}") for name in (
+        "image_mismatch", "caption_saf", "crcl_saf", "negatives_saf", "warmup_probe", "recon_saf", "recon_purity")}
+    assert tables == {("synthetic-small", t) for t in grid} | files
     assert render_page(text) == text
+    assert main(["--page", str(PAGE), "--check"]) == 0
+
+
+def test_the_shipped_table_files_hold_the_values_the_page_shows() -> None:
+    """Spot checks against the page's text read by hand: a range over two seeds, a validation
+    curve, and that a table file is never a grid row."""
+    recon = load_table("benchmark", "recon_saf")
+    assert recon.cell("recon-no-im", "60 %") == "**527.8-529.5** (527.8 / 529.5)"
+    seeds = [(p.seed, p.value) for p in recon.pieces if p.row == "recon" and p.column == "40 %"]
+    assert seeds == [(0, "550.9"), (1, "541.0")]
+    curve = [p for p in load_table("benchmark", "negatives_saf").pieces
+             if p.row == "saf-star" and p.metric == "val_rsum"]
+    assert [(p.epoch, p.value) for p in curve][4:6] == [(4, "221"), (5, "47")] and len(curve) == 14
+    assert presets() == ["synthetic-small"] and (MEASURED / "synthetic-small" / "first_attempt.table.csv").is_file()
+    assert "LNC-SGR with NCR's hinge prediction `P` (the older benchmark's `lnc` entry)" not in {
+        row.label for row in load_preset("synthetic-small")}
+
+
+def table_file(folder: Path, lines: list[str], **sidecar_more: object) -> None:
+    """A table file ``t.table.csv`` (header :data:`TABLE_COLUMNS`) and its sidecar."""
+    (folder / "t.table.csv").write_text(",".join(TABLE_COLUMNS) + "\n" + "".join(f"{line}\n" for line in lines))
+    data = {"labels": {"a": "run A", "b": "run B"}, "columns": ["run", "x", "y"], "command": "c",
+            "commit": "abc1234", "machine": "m", "load": "l", "dates": "d", "note": "n", **sidecar_more}
+    (folder / "t.json").write_text(json.dumps(data))
+
+
+GOOD_TABLE = ["a,x,0,,rsum,550.9,{min}-{max} ({} / ", "a,x,1,,rsum,541.0,{})", "a,y,0,3,val,18,",
+              "a,y,0,4,val,37,\", **{}**\"", "b,y,,,,,not run"]
+
+
+def test_a_table_file_renders_its_pieces_in_file_order(data: Path) -> None:
+    folder = data / "toy"
+    table_file(folder, GOOD_TABLE)
+    # the min of 550.9 and 541.0 is 541.0; b's x cell has no piece, so it is empty
+    assert file_table(load_table("toy", "t", root=data)).splitlines() == [
+        "| run | x | y |", "|---|---|---|",
+        "| run A | 541.0-550.9 (550.9 / 541.0) | 18, **37** |",
+        "| run B | | not run |"]
+    assert [r.label for r in load_preset("toy", root=data)] == ["B shown", "A shown"]  # not a row
+    (data / "only_tables").mkdir()
+    table_file(data / "only_tables", GOOD_TABLE)
+    assert presets(data) == ["toy"]
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("c,x,0,,rsum,1.0,", r"t\.table\.csv, line 3: row 'c' is not in the sidecar's 'labels'"),
+    ("a,z,0,,rsum,1.0,", r"t\.table\.csv, line 3: column 'z' is not one of the sidecar's 'columns'"),
+    ("a,x,0,,rsum,1.0.2,", r"t\.table\.csv, line 3: column 'value' is '1\.0\.2', not a number as printed"),
+    ("a,x,0,,rsum,1.0,value {} and {}", r"t\.table\.csv, line 3: 'shown' .* must hold '\{\}' \(the value\) once"),
+    ("a,x,0,,,1.0,", r"t\.table\.csv, line 3: a value needs its 'metric'"),
+    ("a,x,,,,,{} alone", r"t\.table\.csv, line 3: a piece without a value must be text"),
+    ("a,x,zero,,rsum,1.0,", r"t\.table\.csv, line 3: column 'seed' is 'zero', not a number"),
+    ("a,x,0,,rsum,1.0,{} | 2", r"t\.table\.csv, line 3: 'shown' '\{\} \| 2' holds '\|'"),
+])
+def test_a_bad_table_file_gives_one_error_naming_file_and_line(data: Path, line: str, message: str) -> None:
+    table_file(data / "toy", [GOOD_TABLE[0], line])
+    with pytest.raises(MeasuredDataError, match=message):
+        load_table("toy", "t", root=data)
+
+
+def test_a_table_sidecar_needs_its_header(data: Path) -> None:
+    table_file(data / "toy", GOOD_TABLE, columns=["run"])
+    with pytest.raises(MeasuredDataError, match=r"t\.json: 'columns' must list the table's header"):
+        load_table("toy", "t", root=data)
+    table_file(data / "toy", GOOD_TABLE, order=3)
+    with pytest.raises(MeasuredDataError, match=r"t\.json: missing keys \[\], unknown keys \['order'\]"):
+        load_table("toy", "t", root=data)
+    with pytest.raises(MeasuredDataError, match=r"nope\.table\.csv: missing"):
+        load_table("toy", "nope", root=data)
 
 
 def test_format_stat_shows_what_was_recorded() -> None:
