@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import stat
 import sys
@@ -133,3 +134,18 @@ def test_slurm_writes_the_packaged_templates_and_keeps_existing_files(tmp_path: 
     assert (out / TEMPLATES[0]).read_text() == "# edited\n"
     assert reproduce.main(["slurm", "--out", str(out), "--force"]) == 0
     assert (out / TEMPLATES[0]).read_text() == template_text(TEMPLATES[0])
+
+
+def test_the_presets_table_of_docs_results_counts_the_cells_the_tool_runs() -> None:
+    """docs/results.md, "The reproduction tool": each preset's cell count is the tool's (a new
+    method's row adds cells, and the page said 273 when the grid had 420)."""
+    from ncl.reproduce.grid import grid
+
+    page = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
+    shown = {name: int(count) for name, count in
+             re.findall(r"^\| `([a-z-]+)` \| (\d+) \|", page, flags=re.MULTILINE)}
+    assert set(shown) == set(PRESETS), sorted(shown)
+    for name, preset in PRESETS.items():
+        resolved = preset.resolved(REPO / "configs", "f30k")
+        cells = grid(resolved.rows, resolved.noise_types, resolved.noises, resolved.seeds)
+        assert shown[name] == len(cells), (name, shown[name], len(cells))
