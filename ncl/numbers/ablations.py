@@ -20,13 +20,13 @@ the file and the line.
 
 from __future__ import annotations
 
-import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ncl.numbers.published import (DATA_NAMES, DATASETS, NOISE_KINDS, PROTOCOLS, PUBLISHED_DIR, RECALLS, Number,
-                                   PublishedDataError)
+                                   PublishedDataError, csv_lines, line_checker,
+                                   line_ratio)
 
 #: The folder shipped with the package.
 ABLATIONS_DIR = PUBLISHED_DIR / "ablations"
@@ -81,14 +81,9 @@ class AblationLine:
 
 
 def _parse(file: str, line: int, raw: dict[str, str]) -> AblationLine:
-    where = f"{file}, line {line}" + (f" (row {raw.get('row')})" if raw.get("row") else "")
-
-    def bad(column: str, why: str) -> PublishedDataError:
-        return PublishedDataError(f"{where}: {column} {raw.get(column)!r}: {why}")
-
-    for column in ("row", "variant", "paper", "table", "dataset", "protocol", "noise", "shown"):
-        if not raw[column]:
-            raise bad(column, "required")
+    """One CSV line -> AblationLine; PublishedDataError naming the file, line and column."""
+    bad = line_checker(file, line, raw, ("row", "variant", "paper", "table", "dataset",
+                                         "protocol", "noise", "shown"))
     if not ROW_ID.fullmatch(raw["row"]):
         raise bad("row", "expected A and a number")
     if raw["dataset"] not in DATASETS or raw["protocol"] not in PROTOCOLS \
@@ -96,14 +91,7 @@ def _parse(file: str, line: int, raw: dict[str, str]) -> AblationLine:
         raise bad("protocol", f"not a protocol of {raw['dataset']!r} ({', '.join(f'{d} {p}' for d, p in DATA_NAMES)})")
     if raw["noise"] not in NOISE_KINDS:
         raise bad("noise", f"expected one of {', '.join(NOISE_KINDS)}")
-    ratio = None
-    if raw["noise"] != "real":
-        try:
-            ratio = float(raw["ratio"])
-        except ValueError:
-            raise bad("ratio", "expected a number in [0, 1)") from None
-        if not 0 <= ratio < 1:
-            raise bad("ratio", "expected a number in [0, 1)")
+    ratio = line_ratio(raw, bad)
     numbers: dict[str, Number | None] = {}
     for column in NUMBERS:
         try:
@@ -127,24 +115,17 @@ def _parse(file: str, line: int, raw: dict[str, str]) -> AblationLine:
 
 def read_file(path: Path) -> list[AblationLine]:
     """The lines of one ablations CSV; a row's first line gives its page cells, later ones none."""
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        if tuple(reader.fieldnames or ()) != COLUMNS:
-            raise PublishedDataError(f"{path.name}: header must be {','.join(COLUMNS)}; "
-                                     f"found {','.join(reader.fieldnames or ())}")
-        lines: list[AblationLine] = []
-        for raw in reader:
-            if None in raw or any(v is None for v in raw.values()):
-                raise PublishedDataError(f"{path.name}, line {reader.line_num}: expected {len(COLUMNS)} fields")
-            found = _parse(path.name, reader.line_num, raw)
-            first = not lines or lines[-1].row != found.row
-            if first and any(earlier.row == found.row for earlier in lines):
-                raise PublishedDataError(f"{path.name}, line {found.line}: row {found.row}'s lines must be "
-                                         "consecutive")
-            if (first and not (found.page_table and found.ncl)) or (not first and (found.page_table or found.ncl)):
-                raise PublishedDataError(f"{path.name}, line {found.line} (row {found.row}): page_table and "
-                                         "ncl are given on a row's first line and only there")
-            lines.append(found)
+    lines: list[AblationLine] = []
+    for number, raw in csv_lines(path, COLUMNS):
+        found = _parse(path.name, number, raw)
+        first = not lines or lines[-1].row != found.row
+        if first and any(earlier.row == found.row for earlier in lines):
+            raise PublishedDataError(f"{path.name}, line {found.line}: row {found.row}'s lines must be "
+                                     "consecutive")
+        if (first and not (found.page_table and found.ncl)) or (not first and (found.page_table or found.ncl)):
+            raise PublishedDataError(f"{path.name}, line {found.line} (row {found.row}): page_table and "
+                                     "ncl are given on a row's first line and only there")
+        lines.append(found)
     return lines
 
 

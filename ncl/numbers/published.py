@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import csv
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,16 +123,39 @@ def _ratio_text(ratio: float | None) -> str:
     return "" if ratio is None else f"{ratio:g}"
 
 
-def _parse_line(file: str, line: int, raw: dict[str, str]) -> PublishedRow:
-    """One CSV line -> PublishedRow; PublishedDataError naming the file, line and column."""
+def line_ratio(raw: dict[str, str], bad: Callable[[str, str], Exception]) -> float | None:
+    """A line's noise ratio: ``None`` for real noise, else its ``ratio`` column as a number in
+    [0, 1); ``bad(column, why)`` makes the error that names the file and line."""
+    if raw["noise"] == "real":
+        return None
+    try:
+        ratio = float(raw["ratio"])
+    except ValueError:
+        raise bad("ratio", "expected a number in [0, 1)") from None
+    if not 0 <= ratio < 1:
+        raise bad("ratio", "expected a number in [0, 1)")
+    return ratio
+
+
+def line_checker(file: str, line: int, raw: dict[str, str],
+                 required: Iterable[str]) -> Callable[[str, str], PublishedDataError]:
+    """``bad(column, why)``, the error naming the file, line, row and column of one CSV line,
+    after checking that every ``required`` column is filled (else that error is raised)."""
     where = f"{file}, line {line}" + (f" (row {raw.get('row')})" if raw.get("row") else "")
 
     def bad(column: str, why: str) -> PublishedDataError:
         return PublishedDataError(f"{where}: {column} {raw.get(column)!r}: {why}")
 
-    for column in ("row", "section", "label", "method", "paper", "dataset", "protocol", "noise"):
+    for column in required:
         if not raw.get(column):
             raise bad(column, "required")
+    return bad
+
+
+def _parse_line(file: str, line: int, raw: dict[str, str]) -> PublishedRow:
+    """One CSV line -> PublishedRow; PublishedDataError naming the file, line and column."""
+    bad = line_checker(file, line, raw, ("row", "section", "label", "method", "paper",
+                                         "dataset", "protocol", "noise"))
     if raw["dataset"] not in DATASETS:
         raise bad("dataset", f"expected one of {', '.join(DATASETS)}")
     if raw["protocol"] not in PROTOCOLS:
@@ -145,14 +168,7 @@ def _parse_line(file: str, line: int, raw: dict[str, str]) -> PublishedRow:
         raise bad("ratio", "real noise has no ratio (leave it blank)")
     if raw["noise"] != "real" and raw["dataset"] == "cc152k":
         raise bad("noise", "CC152K's noise is real")
-    ratio = None
-    if raw["noise"] != "real":
-        try:
-            ratio = float(raw["ratio"])
-        except ValueError:
-            raise bad("ratio", "expected a number in [0, 1)") from None
-        if not 0 <= ratio < 1:
-            raise bad("ratio", "expected a number in [0, 1)")
+    ratio = line_ratio(raw, bad)
     try:
         year = int(raw["year"])
     except ValueError:
@@ -182,20 +198,24 @@ def _parse_line(file: str, line: int, raw: dict[str, str]) -> PublishedRow:
         rsum_note=raw["rsum_note"], note=raw["note"])
 
 
-def read_file(path: Path) -> list[PublishedRow]:
-    """The rows of one published-numbers CSV; PublishedDataError on a wrong header or line."""
+def csv_lines(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
+    """``(line number, fields)`` of each line of a CSV whose header must be ``columns``;
+    PublishedDataError on another header or a line with another number of fields."""
     with open(path, newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
-        if tuple(reader.fieldnames or ()) != COLUMNS:
-            raise PublishedDataError(f"{path.name}: header must be {','.join(COLUMNS)}; "
+        if tuple(reader.fieldnames or ()) != tuple(columns):
+            raise PublishedDataError(f"{path.name}: header must be {','.join(columns)}; "
                                      f"found {','.join(reader.fieldnames or ())}")
-        rows = []
         for raw in reader:
             if None in raw or any(v is None for v in raw.values()):
                 raise PublishedDataError(f"{path.name}, line {reader.line_num}: expected "
-                                         f"{len(COLUMNS)} fields")
-            rows.append(_parse_line(path.name, reader.line_num, raw))
-    return rows
+                                         f"{len(columns)} fields")
+            yield reader.line_num, raw
+
+
+def read_file(path: Path) -> list[PublishedRow]:
+    """The rows of one published-numbers CSV; PublishedDataError on a wrong header or line."""
+    return [_parse_line(path.name, line, raw) for line, raw in csv_lines(path, COLUMNS)]
 
 
 def load(directory: Path | None = None) -> tuple[PublishedRow, ...]:

@@ -115,18 +115,26 @@ def resolve_setting(rows: Sequence[PublishedRow], dataset: str, noise: str, rati
         if ratio is not None:
             raise NclUserError(f"--ratio {ratio}: real noise has no ratio; drop --ratio")
         return Setting(dataset, noise, None, protocol)
-    recorded = _ratios(rows, dataset, noise)
+    value = _chosen_ratio(ratio, _ratios(rows, dataset, noise), dataset, noise, "published")
+    return Setting(dataset, noise, value, protocol)
+
+
+def _chosen_ratio(ratio: str | None, recorded: Sequence[float], dataset: str, noise: str,
+                  origin: str) -> float:
+    """``--ratio`` as a number that has a row (``origin``: "published" or "measured"), or one
+    error naming the option and the ratios there are."""
+    listed = "recorded" if origin == "published" else "measured"
     if ratio is None:
-        raise NclUserError(f"--noise {noise} needs --ratio; recorded for {dataset}: "
+        raise NclUserError(f"--noise {noise} needs --ratio; {listed} for {dataset}: "
                            f"{_ratio_list(recorded)}")
     try:
         value = float(ratio)
     except ValueError:
         raise NclUserError(f"--ratio {ratio!r}: expected a fraction such as 0.2") from None
     if not any(abs(value - r) < 1e-9 for r in recorded):
-        raise NclUserError(f"--ratio {ratio}: no published {dataset} {noise}-noise row at this "
-                           f"ratio; recorded: {_ratio_list(recorded)}")
-    return Setting(dataset, noise, value, protocol)
+        raise NclUserError(f"--ratio {ratio}: no {origin} {dataset} {noise}-noise row at this "
+                           f"ratio; {listed}: {_ratio_list(recorded)}")
+    return value
 
 
 def _marks(row: PublishedRow, setting: Setting, others: dict[int, list[PublishedRow]]) -> tuple[str, ...]:
@@ -164,17 +172,7 @@ def _measured_setting(preset: str, noise: str, ratio: str | None, protocol: str 
         raise NclUserError(f"--noise {noise!r}: the {preset} rows measure {', '.join(kinds)} noise")
     if protocol not in (None, "1k"):
         raise NclUserError(f"--protocol {protocol}: {preset} is tested with 1k only")
-    recorded = measured.ratios(preset, noise)
-    if ratio is None:
-        raise NclUserError(f"--noise {noise} needs --ratio; measured for {preset}: "
-                           f"{_ratio_list(recorded)}")
-    try:
-        value = float(ratio)
-    except ValueError:
-        raise NclUserError(f"--ratio {ratio!r}: expected a fraction such as 0.2") from None
-    if not any(abs(value - r) < 1e-9 for r in recorded):
-        raise NclUserError(f"--ratio {ratio}: no measured {preset} {noise}-noise row at this "
-                           f"ratio; measured: {_ratio_list(recorded)}")
+    value = _chosen_ratio(ratio, measured.ratios(preset, noise), preset, noise, "measured")
     return Setting(preset, noise, value, "1k")
 
 
