@@ -42,6 +42,7 @@ from ncl.errors import ConfigError, TrainingError
 from ncl.losses.bicro import CaptionMargin, bicro_soft_triplet, selected_warmup_loss
 from ncl.losses.triplet import RecastKind
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
+from ncl.methods.co_teaching import PlannedCoTeaching
 from ncl.methods.declaration import BENCHMARK_WARMUP, TINY_RUN_ARGS, MethodSpec, RegressionCase, Row
 from ncl.methods.reports import co_divide_report
 from ncl.methods.skeleton import check_ranges
@@ -58,7 +59,7 @@ Mixture = Literal["beta", "gaussian"]
 SplitProbability = Literal["official", "rectify"]
 
 
-class BiCro(RetrievalMethod):
+class BiCro(PlannedCoTeaching, RetrievalMethod):
     """BiCro LightningModule (two networks A and B, manual optimisation).
 
     Args:
@@ -199,13 +200,6 @@ class BiCro(RetrievalMethod):
                           pin_memory=self.device.type == "cuda")
 
     # ------------------------------------------------------------------ training
-    def training_step(self, batch: dict, batch_idx: int) -> None:
-        k = int(batch["net"])
-        if self.is_warmup_epoch(self.current_epoch):
-            self.warmup_step(k, batch["labelled"])
-        else:
-            self.cotrain_step(k, batch["labelled"], batch.get("unlabelled"))
-
     def warmup_step(self, k: int, batch: Batch) -> None:
         """The sum of the ``int(B * warmup_rate)`` smallest mean hinges (``warmup_sele``)."""
         hp = self.hparams

@@ -52,6 +52,7 @@ from ncl.errors import ConfigError
 from ncl.losses.in2r import (CORRECTION_WEIGHT, IN2R_TAU, INTRA_MARGIN, labelled_loss,
                              rectified_loss, warmup_loss)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
+from ncl.methods.co_teaching import PlannedCoTeaching
 from ncl.methods.declaration import TINY_ADAM_ARGS, TINY_DATA_ARGS, MethodSpec, RegressionCase, Row
 from ncl.methods.in2r_support import (augmented, check_pooled_backbone, check_queue_fits,
                                       gathered_push, load_word_vectors, queue_states,
@@ -75,7 +76,7 @@ def in2r_optimizer(params: Any) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=5e-4, weight_decay=1e-4)
 
 
-class IN2R(RetrievalMethod):
+class IN2R(PlannedCoTeaching, RetrievalMethod):
     """IN2R LightningModule (two networks and four refiners, manual optimisation).
 
     Args:
@@ -249,13 +250,6 @@ class IN2R(RetrievalMethod):
         """Network ``k``'s ``(B, E)`` image and caption embeddings of a batch (train mode)."""
         net = self.nets[k]
         return encode_images(net, batch), net.encode_captions(batch["tokens"], batch["lengths"])
-
-    def training_step(self, batch: dict, batch_idx: int) -> None:
-        k = int(batch["net"])
-        if self.is_warmup_epoch(self.current_epoch):
-            self.warmup_step(k, batch["labelled"])
-        else:
-            self.cotrain_step(k, batch["labelled"], batch.get("unlabelled"))
 
     def warmup_step(self, k: int, batch: Batch) -> None:
         """``infonce`` on the pairs and between two dropout views of each modality."""

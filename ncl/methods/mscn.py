@@ -53,6 +53,7 @@ from ncl.evaluation.nonfinite import EvalSite
 from ncl.losses.mscn import MarginIndex, adaptive_margins, adaptive_triplet, meta_bce
 from ncl.losses.triplet import triplet_loss
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
+from ncl.methods.co_teaching import PlannedCoTeaching
 from ncl.methods.declaration import (BENCHMARK_WARMUP, TINY_ADAM_ARGS, TINY_DATA_ARGS, TINY_SGRAF_ARGS,
                                     MethodSpec, RegressionCase, Row)
 from ncl.methods.mscn_support import (META_DRAW_STREAM, NET_A, NET_B, MscnStepDataset, cotrain_steps,
@@ -80,7 +81,7 @@ def _pair_values(module: nn.Module, batch: dict[str, Tensor]) -> Tensor:
     return corrected_pairs(module.net, module.meta, batch).float()
 
 
-class MSCN(RetrievalMethod):
+class MSCN(PlannedCoTeaching, RetrievalMethod):
     """MSCN LightningModule (networks A, B and their meta networks; manual optimisation).
 
     Args:
@@ -127,6 +128,8 @@ class MSCN(RetrievalMethod):
             *TINY_DATA_ARGS[1:], "--data.meta_size=20", *TINY_ADAM_ARGS,
             "--model.warmup_epochs=1", "--model.meta_lr=0.001"))},
         page="mscn.md", config_prefixes=("mscn_",))
+    #: A plan step holds network k's training batch and, when due, its meta batch.
+    batch_key, extra_key = "train", "meta"
 
     def __init__(self, vocab_size: int, backbone: BackboneFactory, *,
                  optimizer: OptimizerCallable = default_optimizer, lr_update: int = 30,
@@ -279,13 +282,6 @@ class MSCN(RetrievalMethod):
                           pin_memory=self.device.type == "cuda")
 
     # ------------------------------------------------------------------ training
-    def training_step(self, batch: dict, batch_idx: int) -> None:
-        k = int(batch["net"])
-        if self.is_warmup_epoch(self.current_epoch):
-            self.warmup_step(k, batch["train"])
-        else:
-            self.cotrain_step(k, batch["train"], batch.get("meta"))
-
     def warmup_step(self, k: int, batch: Batch) -> None:
         """Summed mean-negative triplet on the corrected similarities; network and meta
         network step together."""

@@ -32,6 +32,7 @@ from ncl.errors import ConfigError
 from ncl.losses import (NcrMarginMode, RecastKind, ncr_soft_margins, ncr_soft_triplet,
                         psi4_boundary, triplet_loss)
 from ncl.methods.base import BackboneFactory, RetrievalMethod
+from ncl.methods.co_teaching import PlannedCoTeaching
 from ncl.methods.declaration import BENCHMARK_WARMUP, MethodSpec, RegressionCase, Row, TINY_RUN_ARGS
 from ncl.methods.reports import co_divide_report
 from ncl.methods.skeleton import check_ranges
@@ -45,7 +46,7 @@ UnlabelledUpdate = Literal["separate_step", "summed"]
 MrReduction = Literal["sum", "mean"]
 
 
-class NCR(RetrievalMethod):
+class NCR(PlannedCoTeaching, RetrievalMethod):
     """NCR / LNC LightningModule (two networks A and B, manual optimisation).
 
     Args:
@@ -231,13 +232,6 @@ class NCR(RetrievalMethod):
                           pin_memory=self.device.type == "cuda")
 
     # ------------------------------------------------------------------ training
-    def training_step(self, batch: dict, batch_idx: int) -> dict[str, Any] | None:
-        k = int(batch["net"])
-        if self.is_warmup_epoch(self.current_epoch):
-            return self.warmup_step(k, batch["labelled"])
-        self.cotrain_step(k, batch["labelled"], batch.get("unlabelled"))
-        return None
-
     def warmup_step(self, k: int, batch: Batch) -> dict[str, Any] | None:
         """Summed mean-hinge triplet (spec 4.2.1 "warmup") + lambda * MR (LNC Eq. 4-6).
 

@@ -39,6 +39,7 @@ from ncl.losses.pc2 import (EntropyOf, mean_hinges, pseudo_classification, selec
                             soft_hardest_triplet)
 from ncl.losses.triplet import RecastKind
 from ncl.methods.base import BackboneFactory, RetrievalMethod, default_optimizer
+from ncl.methods.co_teaching import PlannedCoTeaching
 from ncl.methods.declaration import BENCHMARK_WARMUP, TINY_RUN_ARGS, MethodSpec, RegressionCase, Row
 from ncl.methods.reports import co_divide_report
 from ncl.methods.skeleton import check_ranges
@@ -55,7 +56,7 @@ PseudoCaptionFit = Literal["resized", "donor"]
 MarginLayoutChoice = Literal["official", "per_sample"]
 
 
-class PC2(RetrievalMethod):
+class PC2(PlannedCoTeaching, RetrievalMethod):
     """PC² LightningModule (two networks A and B with a projection head each, manual
     optimisation).
 
@@ -236,13 +237,6 @@ class PC2(RetrievalMethod):
                           pin_memory=self.device.type == "cuda")
 
     # ------------------------------------------------------------------ training
-    def training_step(self, batch: dict, batch_idx: int) -> None:
-        k = int(batch["net"])
-        if self.is_warmup_epoch(self.current_epoch):
-            self.warmup_step(k, batch["labelled"])
-        else:
-            self.cotrain_step(k, batch["labelled"], batch.get("unlabelled"))
-
     def embed(self, k: int, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
         """Network ``k``'s region embeddings ``(B, R, E)``, word embeddings ``(B, L, E)`` (``L``
         the batch's longest caption) and image logits ``(B, C)``, train mode."""
