@@ -17,7 +17,6 @@ What ncl knows of the official datasets (counts, real noise) is :mod:`ncl.data.f
 from __future__ import annotations
 
 import errno
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +28,7 @@ from torch.utils.data import DataLoader
 
 from ncl.data.augment import Augmentation
 from ncl.data.batch_policy import pin_memory
+from ncl.data.cache import default_cache_dir, spec_folder
 from ncl.data.datasets import CaptionDataset, ImageDataset, PairDataset, collate
 from ncl.data.eval_batches import PairBatches, whole_batch
 from ncl.data.facts import real_noise_default
@@ -307,10 +307,6 @@ class SyntheticDataModule(PrecompDataModule):
                  nan_check_samples: int = 64, nan_check: NanCheck = "sample",
                  augment: Augmentation | None = None, real_noise: bool | None = None,
                  per_device_batch: bool = False) -> None:
-        import hashlib
-        import os
-        from dataclasses import asdict
-
         from ncl.data.synthetic import generate
         from ncl.data.synthetic import preset as make_spec
 
@@ -320,10 +316,8 @@ class SyntheticDataModule(PrecompDataModule):
                                            seed=synthetic_seed).items() if v is not None}
         spec = make_spec(preset, **overrides)
         if cache_dir is None:
-            base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-            cache_dir = str(Path(base) / "ncl")
-        digest = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:10]
-        root = Path(cache_dir) / f"{preset}-{digest}"
+            cache_dir = str(default_cache_dir())
+        root = spec_folder(cache_dir, preset, spec)
         try:
             generate(root, spec)
         except OSError as err:  # a file where the folder goes, no permission, a full disk

@@ -23,7 +23,6 @@ smoke run on its ``quickstart`` preset.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -36,6 +35,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ncl.data.augment import Augmentation
+from ncl.data.cache import spec_folder
 from ncl.data.datamodule import Protocol
 from ncl.data.noise import NoiseType
 from ncl.data.now import (
@@ -147,11 +147,7 @@ def cached_now_dataset(preset_name: NowPreset, cache_dir: str | None = None,
                        **overrides: Any) -> tuple[Path, SyntheticSpec]:
     """Generate (once) and return ``(data_root, spec)``; the root is keyed by the spec's hash."""
     spec = now_preset(preset_name, **overrides)
-    if cache_dir is None:
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        cache_dir = str(Path(base) / "ncl")
-    digest = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:10]
-    root = Path(cache_dir) / f"now-{preset_name}-{digest}"
+    root = spec_folder(cache_dir, f"now-{preset_name}", spec)
     generate_now(root, spec)
     return root, spec
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ncl.data.cache import default_cache_dir
 from ncl.io import atomic_write
 
 Encoded = tuple[np.ndarray, np.ndarray]  # flat ids (T,) int32, offsets (N+1,) int64
@@ -37,8 +38,7 @@ def cache_dir() -> Path | None:
         return None
     if setting:
         return Path(setting)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ncl" / "tokens"
+    return default_cache_dir() / "tokens"
 
 
 def cache_key(captions: Sequence[str], words: Sequence[str]) -> str | None:

@@ -20,15 +20,14 @@ times in train + dev).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from ncl.data.cache import spec_folder
 from ncl.data.tokenize import tokenize
 from ncl.data.vocab import build_vocabulary
 from ncl.io import atomic_save_npy, atomic_write_text
@@ -202,10 +201,6 @@ def cached_dataset(preset: VideoPreset, cache_dir: str | None = None,
                    **overrides: Any) -> tuple[Path, VideoSpec]:
     """Generate (once) and return ``(data_root, spec)``; the root is keyed by the spec's hash."""
     spec = video_preset(preset, **overrides)
-    if cache_dir is None:
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        cache_dir = str(Path(base) / "ncl")
-    digest = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:10]
-    root = Path(cache_dir) / f"video-{preset}-{digest}"
+    root = spec_folder(cache_dir, f"video-{preset}", spec)
     generate_video(root, spec)
     return root, spec
