@@ -84,6 +84,9 @@ def test_a_file_of_the_recorded_format_is_evaluated_by_the_recorded_command(
     backbone = checkpoint.backbones[0]
     nets = [SGRAF(vocab, module_name=backbone.module_name, add_mask_token=backbone.add_mask_token,
                   **TINY_BACKBONE) for _ in range(2)]
+    # both networks hold the same weights: if the command scores the file's weights, the rows
+    # A, B and their mean agree exactly; an unloaded network (a fresh draw) would not
+    nets[1].load_state_dict(nets[0].state_dict())
     (path,) = checkpoint.paths()
     Path(path).parent.mkdir(parents=True)
     official_checkpoint(Path(path), nets)
@@ -97,3 +100,5 @@ def test_a_file_of_the_recorded_format_is_evaluated_by_the_recorded_command(
     stem = Path(path).name.split(".")[0]
     assert list(results) == [f"{stem}_A", f"{stem}_B", stem]
     assert all(0 <= m["rsum"] <= 600 for by_protocol in results.values() for m in by_protocol.values())
+    a, b, mean = (results[name] for name in (f"{stem}_A", f"{stem}_B", stem))
+    assert a == b == mean, (a, b, mean)
